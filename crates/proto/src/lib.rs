@@ -1,0 +1,15 @@
+//! multihome's sans-IO core.
+//!
+//! Everything that decides — wire format, handshake, sessions, per-path estimators,
+//! schedulers, reorder and de-duplication, flow policies — lives here with no sockets, no
+//! clock reads and no global RNG, so the daemon, the simulator and the tests drive the
+//! very same code (the shape of quinn-proto). Inputs are `handle_*(now, …)`; outputs are
+//! pulled with `poll_transmit`, `poll_deliver`, `poll_timeout` and `poll_event`.
+
+pub mod crypto;
+pub mod replay;
+pub mod time;
+pub mod wire;
+
+pub use time::Instant;
+pub mod path;

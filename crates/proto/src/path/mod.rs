@@ -1,0 +1,454 @@
+//! One path of a session: a (local link, remote address) pair with its own sequence
+//! numbers, estimators, feedback and liveness.
+//!
+//! Sender side: every datagram gets a `path_seq`; ACK frames from the peer give RTT
+//! samples, cumulative loss, delivery-rate samples and the bytes in flight. Receiver side:
+//! counts what arrives and schedules ACK frames (immediately on PING or every
+//! `ACK_EVERY` datagrams, else after `MAX_ACK_DELAY`). Liveness: a path whose oldest
+//! unacknowledged datagram is older than the detection time is `Down`; keepalive PINGs
+//! are sent on idle paths so this holds without user traffic.
+//!
+//! Invariants: all counters are monotonic; a path never reports `Up` without having
+//! received feedback; memory per path is bounded (fixed ring of sent records).
+
+mod rate;
+mod rtt;
+mod sent;
+
+pub use rate::{DeliveryRate, WindowedMaxRate};
+pub use rtt::RttEstimator;
+
+use crate::wire::AckFrame;
+use crate::Instant;
+use core::time::Duration;
+use sent::{SentRecord, SentRing};
+use std::net::SocketAddr;
+
+/// Identifies a path within a session (chosen by the client: its link index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathId(pub u8);
+
+/// Liveness as seen by this side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathState {
+    /// Feedback is recent.
+    Up,
+    /// Feedback is late; still used, but failover may be near.
+    Suspect,
+    /// No feedback within the detection time, or the local interface is gone.
+    Down,
+}
+
+impl PathState {
+    /// Lower-case name, as shown by `status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathState::Up => "up",
+            PathState::Suspect => "suspect",
+            PathState::Down => "down",
+        }
+    }
+}
+
+/// Send an ACK after this many datagrams received.
+pub const ACK_EVERY: u32 = 8;
+/// Longest an ACK waits after the first unacknowledged datagram.
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(2);
+const MIN_CWND_BYTES: u64 = 32 * 1024;
+const INITIAL_CWND_BYTES: u64 = 64 * 1024;
+
+/// Counters shown by `status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathCounters {
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// Bytes sent (UDP payload).
+    pub tx_bytes: u64,
+    /// Authenticated datagrams received.
+    pub rx_packets: u64,
+    /// Bytes received (UDP payload).
+    pub rx_bytes: u64,
+}
+
+/// A narrow, copyable view of a path for schedulers (they never see the session).
+#[derive(Debug, Clone, Copy)]
+pub struct PathView {
+    /// Which path.
+    pub id: PathId,
+    /// Liveness.
+    pub state: PathState,
+    /// Smoothed RTT.
+    pub srtt: Duration,
+    /// Minimum RTT.
+    pub min_rtt: Duration,
+    /// Whether any RTT sample exists.
+    pub measured: bool,
+    /// Bottleneck bandwidth estimate, bytes/s (0 when unknown).
+    pub bandwidth_bps: f64,
+    /// Bytes sent and not yet covered by feedback.
+    pub inflight_bytes: u64,
+    /// Sending window.
+    pub cwnd_bytes: u64,
+    /// Recent loss rate, 0..=1.
+    pub loss: f64,
+    /// Since when the path has been continuously `Up` (for failback hysteresis).
+    pub up_since: Option<Instant>,
+}
+
+impl PathView {
+    /// Whether the path may carry new data.
+    pub fn usable(&self) -> bool {
+        self.state != PathState::Down
+    }
+
+    /// Whether the window allows `len` more bytes.
+    pub fn has_window(&self, len: usize) -> bool {
+        self.inflight_bytes + len as u64 <= self.cwnd_bytes
+    }
+}
+
+/// Timing parameters of a path.
+#[derive(Debug, Clone, Copy)]
+pub struct PathConfig {
+    /// A path with no feedback for this long is `Down`.
+    pub detect: Duration,
+    /// Idle paths are probed this often.
+    pub probe_interval: Duration,
+}
+
+impl PathConfig {
+    /// Parameters derived from the detection time (probe four times per detection time).
+    pub fn from_detect(detect: Duration) -> Self {
+        PathConfig {
+            detect,
+            probe_interval: detect / 4,
+        }
+    }
+}
+
+/// One path.
+#[derive(Debug)]
+pub struct Path {
+    id: PathId,
+    remote: SocketAddr,
+    cfg: PathConfig,
+    available: bool,
+    state: PathState,
+    up_since: Option<Instant>,
+    // Sender side.
+    next_seq: u32,
+    sent: SentRing,
+    cum_sent_bytes: u64,
+    largest_acked: Option<u32>,
+    acked_cum_bytes: u64,
+    first_unacked_time: Option<Instant>,
+    last_sent_time: Option<Instant>,
+    last_feedback: Option<(u32, u64)>,
+    loss: f64,
+    rtt: RttEstimator,
+    rate: DeliveryRate,
+    // Receiver side.
+    rx_largest: Option<(u32, Instant)>,
+    rx_count: u64,
+    rx_bytes: u64,
+    unacked_rx: u32,
+    ack_deadline: Option<Instant>,
+    counters: PathCounters,
+}
+
+impl Path {
+    /// A new path towards `remote`; it starts `Down` until feedback proves it.
+    pub fn new(id: PathId, remote: SocketAddr, now: Instant, cfg: PathConfig) -> Self {
+        Path {
+            id,
+            remote,
+            cfg,
+            available: true,
+            state: PathState::Down,
+            up_since: None,
+            next_seq: 0,
+            sent: SentRing::new(),
+            cum_sent_bytes: 0,
+            largest_acked: None,
+            acked_cum_bytes: 0,
+            first_unacked_time: None,
+            last_sent_time: None,
+            last_feedback: None,
+            loss: 0.0,
+            rtt: RttEstimator::new(Duration::from_millis(100)),
+            rate: DeliveryRate::new(now),
+            rx_largest: None,
+            rx_count: 0,
+            rx_bytes: 0,
+            unacked_rx: 0,
+            ack_deadline: None,
+            counters: PathCounters::default(),
+        }
+    }
+
+    /// Path id.
+    pub fn id(&self) -> PathId {
+        self.id
+    }
+
+    /// Where datagrams on this path are sent.
+    pub fn remote(&self) -> SocketAddr {
+        self.remote
+    }
+
+    /// Follows the peer to a new address (roaming); returns whether it changed.
+    pub fn set_remote(&mut self, addr: SocketAddr) -> bool {
+        let changed = self.remote != addr;
+        self.remote = addr;
+        changed
+    }
+
+    /// Liveness.
+    pub fn state(&self) -> PathState {
+        self.state
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> PathCounters {
+        self.counters
+    }
+
+    /// RTT estimator.
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// Marks the local interface (un)usable; an unavailable path is `Down` at once.
+    pub fn set_available(&mut self, now: Instant, available: bool) {
+        self.available = available;
+        if !available {
+            self.set_state(now, PathState::Down);
+        }
+    }
+
+    /// Whether the local interface is usable.
+    pub fn available(&self) -> bool {
+        self.available
+    }
+
+    /// Marks the path proven (a handshake response arrived on it).
+    pub fn confirm(&mut self, now: Instant) {
+        if self.available {
+            self.set_state(now, PathState::Up);
+        }
+    }
+
+    fn set_state(&mut self, now: Instant, s: PathState) {
+        if s == PathState::Up && self.state != PathState::Up && self.up_since.is_none() {
+            self.up_since = Some(now);
+        }
+        if s == PathState::Down {
+            self.up_since = None;
+        }
+        self.state = s;
+    }
+
+    /// Congestion window: twice the estimated bandwidth-delay product plus room for
+    /// delayed feedback, so the path's queue stays short but it is never starved.
+    pub fn cwnd_bytes(&self) -> u64 {
+        let bw = self.rate.bandwidth();
+        if bw <= 0.0 {
+            return INITIAL_CWND_BYTES;
+        }
+        let rtt = self.rtt.min() + MAX_ACK_DELAY * 2;
+        let bdp = bw * rtt.as_secs_f64();
+        ((2.0 * bdp) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
+    }
+
+    /// Bytes sent but not covered by feedback yet.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.cum_sent_bytes - self.acked_cum_bytes
+    }
+
+    /// The scheduler's view.
+    pub fn view(&self) -> PathView {
+        PathView {
+            id: self.id,
+            state: self.state,
+            srtt: self.rtt.smoothed(),
+            min_rtt: self.rtt.min(),
+            measured: self.rtt.has_sample(),
+            bandwidth_bps: self.rate.bandwidth(),
+            inflight_bytes: self.inflight_bytes(),
+            cwnd_bytes: self.cwnd_bytes(),
+            loss: self.loss,
+            up_since: self.up_since,
+        }
+    }
+
+    /// Records a datagram of `bytes` being sent now; returns its `path_seq`.
+    pub fn on_sent(&mut self, now: Instant, bytes: usize) -> u32 {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.cum_sent_bytes += bytes as u64;
+        let idle = self.first_unacked_time.is_none();
+        let rate = self.rate.snapshot(now, idle);
+        self.sent.insert(SentRecord {
+            seq,
+            time: now,
+            bytes: bytes as u32,
+            cum_bytes: self.cum_sent_bytes,
+            rate,
+        });
+        if self.first_unacked_time.is_none() {
+            self.first_unacked_time = Some(now);
+        }
+        self.last_sent_time = Some(now);
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += bytes as u64;
+        seq
+    }
+
+    /// Processes the peer's feedback about this path.
+    pub fn on_ack(&mut self, now: Instant, ack: &AckFrame) {
+        let newer = self
+            .largest_acked
+            .is_none_or(|l| ack.largest.wrapping_sub(l) as i32 > 0);
+        if !newer || ack.largest.wrapping_sub(self.next_seq) as i32 >= 0 {
+            // Old feedback, or feedback for something never sent: ignore.
+            return;
+        }
+        let rec = self.sent.get(ack.largest).copied();
+        if let Some(r) = rec {
+            let sample = now.saturating_since(r.time);
+            let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
+            let corrected = if sample > delay + self.rtt.min() / 2 {
+                sample - delay
+            } else {
+                sample
+            };
+            self.rtt.on_sample(corrected);
+            self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
+        }
+        self.update_loss(ack);
+        self.rate.on_ack(now, ack.recv_bytes, rec.map(|r| r.rate));
+        let window = (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));
+        self.rate.set_window(now, window);
+        self.largest_acked = Some(ack.largest);
+        let next = ack.largest.wrapping_add(1);
+        self.first_unacked_time = if next == self.next_seq {
+            None
+        } else {
+            Some(self.sent.get(next).map_or(now, |r| r.time))
+        };
+        if self.available {
+            self.set_state(now, PathState::Up);
+        }
+    }
+
+    /// Cumulative loss from (largest seq, received count) pairs: between two feedbacks,
+    /// `Δsent − Δreceived` datagrams were lost. EWMA weighted by interval size.
+    fn update_loss(&mut self, ack: &AckFrame) {
+        let sent_upto = u64::from(ack.largest) + 1;
+        if let Some((prev_largest, prev_count)) = self.last_feedback {
+            let d_sent = sent_upto.saturating_sub(u64::from(prev_largest) + 1);
+            let d_recv = ack.recv_count.saturating_sub(prev_count);
+            if d_sent > 0 {
+                let lost = d_sent.saturating_sub(d_recv) as f64 / d_sent as f64;
+                let w = (d_sent as f64 / 64.0).min(1.0) * 0.25;
+                self.loss = self.loss * (1.0 - w) + lost * w;
+            }
+        }
+        self.last_feedback = Some((ack.largest, ack.recv_count));
+    }
+
+    /// Re-evaluates liveness; returns the new state if it changed.
+    pub fn update_state(&mut self, now: Instant) -> Option<PathState> {
+        let old = self.state;
+        let new = if !self.available {
+            PathState::Down
+        } else if let Some(t) = self.first_unacked_time {
+            let waiting = now.saturating_since(t);
+            let suspect_after = (self.rtt.smoothed() * 2 + self.rtt.var() * 4)
+                .max(self.cfg.detect / 3)
+                .min(self.cfg.detect);
+            if waiting >= self.cfg.detect {
+                PathState::Down
+            } else if waiting >= suspect_after && old == PathState::Up {
+                PathState::Suspect
+            } else {
+                old
+            }
+        } else {
+            old
+        };
+        self.set_state(now, new);
+        (new != old).then_some(new)
+    }
+
+    /// When the state may next change by timeout.
+    pub fn state_deadline(&self) -> Option<Instant> {
+        let t = self.first_unacked_time?;
+        (self.state != PathState::Down && self.available).then(|| {
+            let suspect_after = (self.rtt.smoothed() * 2 + self.rtt.var() * 4)
+                .max(self.cfg.detect / 3)
+                .min(self.cfg.detect);
+            if self.state == PathState::Up {
+                t + suspect_after
+            } else {
+                t + self.cfg.detect
+            }
+        })
+    }
+
+    /// When a keepalive probe is next due.
+    pub fn probe_deadline(&self) -> Option<Instant> {
+        if !self.available {
+            return None;
+        }
+        Some(self.last_sent_time.map_or(Instant::ZERO, |t| t + self.cfg.probe_interval))
+    }
+
+    // ---- receiver side ----
+
+    /// Records an authenticated datagram received on this path.
+    pub fn on_received(&mut self, now: Instant, path_seq: u32, bytes: usize, ping: bool) {
+        self.rx_count += 1;
+        self.rx_bytes += bytes as u64;
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += bytes as u64;
+        if self
+            .rx_largest
+            .is_none_or(|(l, _)| path_seq.wrapping_sub(l) as i32 > 0)
+        {
+            self.rx_largest = Some((path_seq, now));
+        }
+        self.unacked_rx += 1;
+        if ping || self.unacked_rx >= ACK_EVERY {
+            self.ack_deadline = Some(now);
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + MAX_ACK_DELAY);
+        }
+    }
+
+    /// When an ACK for this path is due.
+    pub fn ack_deadline(&self) -> Option<Instant> {
+        self.ack_deadline
+    }
+
+    /// Builds the ACK frame if one is due (or `force`), and marks it sent.
+    pub fn take_ack(&mut self, now: Instant, force: bool) -> Option<AckFrame> {
+        let due = self.ack_deadline.is_some_and(|d| d <= now);
+        if !(due || force && self.ack_deadline.is_some()) {
+            return None;
+        }
+        let (largest, at) = self.rx_largest?;
+        self.ack_deadline = None;
+        self.unacked_rx = 0;
+        Some(AckFrame {
+            path: self.id.0,
+            largest,
+            ack_delay_us: now.saturating_since(at).as_micros().min(u32::MAX as u128) as u32,
+            recv_count: self.rx_count,
+            recv_bytes: self.rx_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+//! Delivery-rate sampling and bottleneck-bandwidth estimate (the BBR / draft-cheng
+//! delivery-rate idea, as in s2n-quic's `recovery/bandwidth/estimator.rs`).
+//!
+//! Each sent datagram remembers how many bytes the peer had reported delivered, and when,
+//! at the moment it was sent; when its feedback arrives, the bytes delivered since then
+//! divided by the time since then is one rate sample. The estimate is the maximum sample
+//! over a sliding time window, so a link that degrades loses its old maximum within one
+//! window (invariant: a sample older than `window` never counts).
+
+use crate::Instant;
+use core::time::Duration;
+
+/// Sliding-window maximum of rate samples in bytes per second, kept as (time, value)
+/// entries with strictly decreasing values (monotonic deque), bounded in length.
+#[derive(Debug, Clone)]
+pub struct WindowedMaxRate {
+    window: Duration,
+    samples: std::collections::VecDeque<(Instant, f64)>,
+}
+
+impl WindowedMaxRate {
+    /// A filter over `window`.
+    pub fn new(window: Duration) -> Self {
+        WindowedMaxRate {
+            window,
+            samples: std::collections::VecDeque::with_capacity(16),
+        }
+    }
+
+    /// Changes the window length (it follows the path's RTT).
+    pub fn set_window(&mut self, window: Duration) {
+        self.window = window;
+    }
+
+    /// Adds a sample taken at `now`.
+    pub fn update(&mut self, now: Instant, bytes_per_sec: f64) {
+        while self.samples.back().is_some_and(|&(_, v)| v <= bytes_per_sec) {
+            self.samples.pop_back();
+        }
+        self.samples.push_back((now, bytes_per_sec));
+        self.expire(now);
+        if self.samples.len() > 256 {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Drops samples older than the window.
+    pub fn expire(&mut self, now: Instant) {
+        while self
+            .samples
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_since(t) > self.window && self.samples.len() > 1)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Current maximum (bytes/s), 0 with no samples.
+    pub fn get(&self) -> f64 {
+        self.samples.front().map_or(0.0, |&(_, v)| v)
+    }
+}
+
+/// What a sent datagram remembers for rate sampling.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateSnapshot {
+    /// Bytes the peer had reported delivered when this datagram was sent.
+    pub delivered: u64,
+    /// When that report arrived.
+    pub delivered_time: Instant,
+}
+
+/// Per-path delivery-rate state.
+#[derive(Debug, Clone)]
+pub struct DeliveryRate {
+    delivered: u64,
+    delivered_time: Instant,
+    max: WindowedMaxRate,
+    latest: f64,
+}
+
+impl DeliveryRate {
+    /// Fresh state.
+    pub fn new(now: Instant) -> Self {
+        DeliveryRate {
+            delivered: 0,
+            delivered_time: now,
+            max: WindowedMaxRate::new(Duration::from_secs(2)),
+            latest: 0.0,
+        }
+    }
+
+    /// Snapshot to store with a datagram being sent now. When nothing is in flight the
+    /// delivery clock restarts now, so idle time is not counted as slow delivery.
+    pub fn snapshot(&mut self, now: Instant, idle: bool) -> RateSnapshot {
+        if idle {
+            self.delivered_time = now;
+        }
+        RateSnapshot {
+            delivered: self.delivered,
+            delivered_time: self.delivered_time,
+        }
+    }
+
+    /// Feedback: the peer has received `recv_bytes` in total on this path; `acked` is the
+    /// snapshot of the newest datagram it covers.
+    pub fn on_ack(&mut self, now: Instant, recv_bytes: u64, acked: Option<RateSnapshot>) {
+        if recv_bytes <= self.delivered {
+            return;
+        }
+        self.delivered = recv_bytes;
+        self.delivered_time = now;
+        if let Some(s) = acked {
+            let elapsed = now.saturating_since(s.delivered_time);
+            // Below 1 ms the sample is dominated by ack batching; skip it.
+            if elapsed >= Duration::from_millis(1) {
+                let rate = (recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64();
+                self.latest = rate;
+                self.max.update(now, rate);
+            }
+        }
+    }
+
+    /// Lets the estimate forget samples older than `window` (call on timers too).
+    pub fn set_window(&mut self, now: Instant, window: Duration) {
+        self.max.set_window(window);
+        self.max.expire(now);
+    }
+
+    /// Bottleneck bandwidth estimate, bytes per second.
+    pub fn bandwidth(&self) -> f64 {
+        self.max.get()
+    }
+
+    /// The most recent sample, bytes per second.
+    pub fn latest(&self) -> f64 {
+        self.latest
+    }
+
+    /// Total bytes the peer reported delivered on this path.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn steady_rate_is_measured() {
+        let mut d = DeliveryRate::new(Instant::ZERO);
+        // 1 MB/s: every 10 ms, 10 kB more delivered; each ack covers a packet sent 20 ms ago.
+        let mut snaps = std::collections::VecDeque::new();
+        for i in 0..200u64 {
+            let now = Instant::from_micros(i * 10_000);
+            snaps.push_back(d.snapshot(now, i == 0));
+            let acked = if snaps.len() > 2 { snaps.pop_front() } else { None };
+            d.on_ack(now, i * 10_000, acked);
+        }
+        let bw = d.bandwidth();
+        assert!((0.95e6..1.05e6).contains(&bw), "{bw}");
+    }
+
+    proptest! {
+        /// The windowed max equals the brute-force max over the samples inside the window.
+        #[test]
+        fn windowed_max_matches_model(samples in proptest::collection::vec((1u64..50_000, 0.0f64..1e9), 1..100)) {
+            let mut f = WindowedMaxRate::new(Duration::from_millis(100));
+            let mut t = 0u64;
+            let mut all = vec![];
+            for (dt, v) in samples {
+                t += dt;
+                let now = Instant::from_micros(t);
+                f.update(now, v);
+                all.push((t, v));
+                let newest = all.last().unwrap().0;
+                let model = all.iter()
+                    .filter(|(ts, _)| newest - ts <= 100_000)
+                    .map(|&(_, v)| v)
+                    .fold(f64::MIN, f64::max);
+                prop_assert!((f.get() - model).abs() < 1e-6, "{} vs {}", f.get(), model);
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Injected time for the sans-IO core.
+//!
+//! The core never reads a clock: every entry point takes `now: Instant`, a count of
+//! microseconds since an arbitrary origin chosen by the driver (the daemon maps it to
+//! `std::time::Instant`, the simulator to its virtual clock). Invariant: callers pass
+//! non-decreasing values; the core tolerates equal values and saturates on subtraction.
+
+use core::time::Duration;
+
+/// A point in time, in microseconds since the driver's origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The driver's origin.
+    pub const ZERO: Instant = Instant(0);
+
+    /// Builds an instant from microseconds since the origin.
+    pub const fn from_micros(us: u64) -> Instant {
+        Instant(us)
+    }
+
+    /// Microseconds since the origin.
+    pub const fn as_micros(self) -> u64 {
+        self.0
+    }
+
+    /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Instant) -> Duration {
+        Duration::from_micros(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl core::ops::Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d.as_micros() as u64))
+    }
+}
+
+impl core::ops::Sub<Duration> for Instant {
+    type Output = Instant;
+    fn sub(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_sub(d.as_micros() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates() {
+        let t = Instant::from_micros(10);
+        assert_eq!((t - Duration::from_micros(20)).as_micros(), 0);
+        assert_eq!(t.saturating_since(Instant::from_micros(50)), Duration::ZERO);
+        assert_eq!(
+            (t + Duration::from_millis(1)).saturating_since(t),
+            Duration::from_millis(1)
+        );
+    }
+}
