@@ -12,4 +12,9 @@ pub mod time;
 pub mod wire;
 
 pub use time::Instant;
+pub mod endpoint;
 pub mod path;
+pub mod policy;
+pub mod reorder;
+pub mod sched;
+pub mod session;

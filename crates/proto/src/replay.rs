@@ -73,7 +73,10 @@ impl ReplayWindow {
     }
 
     fn slot(counter: u64) -> (usize, u32) {
-        (((counter / 64) % WORDS as u64) as usize, (counter % 64) as u32)
+        (
+            ((counter / 64) % WORDS as u64) as usize,
+            (counter % 64) as u32,
+        )
     }
 }
 

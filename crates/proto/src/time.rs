@@ -33,8 +33,11 @@ impl Instant {
 
 impl core::ops::Add<Duration> for Instant {
     type Output = Instant;
+    /// Rounds up to the next microsecond, so a deadline `t + d` is never earlier than
+    /// the moment `d` has fully elapsed (else a timer could fire and find nothing due).
     fn add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(d.as_micros() as u64))
+        let us = d.as_nanos().div_ceil(1000).min(u64::MAX as u128) as u64;
+        Instant(self.0.saturating_add(us))
     }
 }
 
@@ -58,5 +61,6 @@ mod tests {
             (t + Duration::from_millis(1)).saturating_since(t),
             Duration::from_millis(1)
         );
+        assert_eq!((t + Duration::from_nanos(1)).as_micros(), 11);
     }
 }

@@ -4,7 +4,8 @@
 //! client's static key from message 1 and checks it against its allowed peers before it
 //! answers, so an unknown client gets nothing. Message 1 carries a 12-byte payload: a
 //! 64-bit timestamp (µs, client clock) that must grow from one handshake to the next, which
-//! makes replayed initiations harmless (as WireGuard's TAI64N), and 4 reserved bytes.
+//! makes replayed initiations harmless (as WireGuard's TAI64N), a flags byte and 3
+//! reserved bytes.
 //!
 //! The ephemeral keys come from an RNG seeded by the caller (sans-IO: no global RNG).
 
@@ -18,8 +19,11 @@ use snow::{Builder, HandshakeState};
 
 const PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"multihome v1";
-/// Payload of message 1: timestamp u64 + 4 reserved bytes.
+/// Payload of message 1: timestamp u64, flags u8, 3 reserved bytes.
 pub const INIT_PAYLOAD_LEN: usize = 12;
+/// Init flag: the client starts a new session (it has no state from before), so the
+/// server must replace any session it holds for this key instead of rekeying it.
+pub const INIT_FLAG_FRESH: u8 = 0x01;
 
 /// The keys a finished handshake yields, one per direction.
 pub struct TransportKeys {
@@ -69,7 +73,9 @@ impl CryptoResolver for SeededResolver {
 }
 
 fn builder(seed: [u8; 32]) -> Builder<'static> {
-    let params = PARAMS.parse().expect("static Noise parameter string is valid");
+    let params = PARAMS
+        .parse()
+        .expect("static Noise parameter string is valid");
     Builder::with_resolver(params, Box::new(SeededResolver { seed })).prologue(PROLOGUE)
 }
 
@@ -106,10 +112,16 @@ impl Initiator {
         Ok(Initiator { hs })
     }
 
-    /// Writes message 1 carrying `timestamp_us`; returns its length.
-    pub fn write_init(&mut self, timestamp_us: u64, out: &mut [u8]) -> Result<usize, CryptoError> {
+    /// Writes message 1 carrying `timestamp_us` and `flags`; returns its length.
+    pub fn write_init(
+        &mut self,
+        timestamp_us: u64,
+        flags: u8,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
         let mut payload = [0u8; INIT_PAYLOAD_LEN];
         payload[..8].copy_from_slice(&timestamp_us.to_be_bytes());
+        payload[8] = flags;
         self.hs.write_message(&payload, out).map_err(herr)
     }
 
@@ -118,7 +130,9 @@ impl Initiator {
         let mut payload = [0u8; 64];
         self.hs.read_message(msg, &mut payload).map_err(herr)?;
         if !self.hs.is_handshake_finished() {
-            return Err(CryptoError::Handshake("not finished after message 2".into()));
+            return Err(CryptoError::Handshake(
+                "not finished after message 2".into(),
+            ));
         }
         Ok(split(self.hs, true))
     }
@@ -129,12 +143,17 @@ pub struct Responder {
     hs: HandshakeState,
     remote: PublicKey,
     timestamp_us: u64,
+    flags: u8,
 }
 
 impl Responder {
     /// Reads message 1. The caller must check `remote()` against its allowed peers and
     /// `timestamp_us()` against the last one seen before calling `write_resp`.
-    pub fn read_init(local: &StaticSecret, seed: [u8; 32], msg: &[u8]) -> Result<Self, CryptoError> {
+    pub fn read_init(
+        local: &StaticSecret,
+        seed: [u8; 32],
+        msg: &[u8],
+    ) -> Result<Self, CryptoError> {
         let mut hs = builder(seed)
             .local_private_key(local.as_bytes())
             .build_responder()
@@ -153,6 +172,7 @@ impl Responder {
             hs,
             remote: PublicKey(remote_bytes),
             timestamp_us,
+            flags: payload[8],
         })
     }
 
@@ -164,6 +184,11 @@ impl Responder {
     /// The client's handshake timestamp.
     pub fn timestamp_us(&self) -> u64 {
         self.timestamp_us
+    }
+
+    /// The client's handshake flags (`INIT_FLAG_FRESH`).
+    pub fn flags(&self) -> u8 {
+        self.flags
     }
 
     /// Writes message 2 and finishes the handshake.
@@ -185,11 +210,12 @@ mod tests {
         let s = StaticSecret::from_bytes([2; 32]);
         let mut i = Initiator::new(&c, &s.public_key(), [3; 32]).unwrap();
         let mut m1 = [0u8; 256];
-        let n1 = i.write_init(42, &mut m1).unwrap();
+        let n1 = i.write_init(42, INIT_FLAG_FRESH, &mut m1).unwrap();
         assert_eq!(n1, HANDSHAKE_INIT_LEN - 8);
         let r = Responder::read_init(&s, [4; 32], &m1[..n1]).unwrap();
         assert_eq!(r.remote(), c.public_key());
         assert_eq!(r.timestamp_us(), 42);
+        assert_eq!(r.flags(), INIT_FLAG_FRESH);
         let mut m2 = [0u8; 256];
         let (n2, mut skeys) = r.write_resp(&mut m2).unwrap();
         assert_eq!(n2, HANDSHAKE_RESP_LEN - 12);
@@ -214,7 +240,7 @@ mod tests {
         let other = StaticSecret::from_bytes([5; 32]);
         let mut i = Initiator::new(&c, &other.public_key(), [3; 32]).unwrap();
         let mut m1 = [0u8; 256];
-        let n1 = i.write_init(1, &mut m1).unwrap();
+        let n1 = i.write_init(1, 0, &mut m1).unwrap();
         assert!(Responder::read_init(&s, [4; 32], &m1[..n1]).is_err());
         let garbage = [0x55u8; 108];
         assert!(Responder::read_init(&s, [4; 32], &garbage).is_err());

@@ -327,7 +327,8 @@ impl Path {
         }
         self.update_loss(ack);
         self.rate.on_ack(now, ack.recv_bytes, rec.map(|r| r.rate));
-        let window = (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));
+        let window =
+            (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
         let next = ack.largest.wrapping_add(1);
@@ -401,7 +402,10 @@ impl Path {
         if !self.available {
             return None;
         }
-        Some(self.last_sent_time.map_or(Instant::ZERO, |t| t + self.cfg.probe_interval))
+        Some(
+            self.last_sent_time
+                .map_or(Instant::ZERO, |t| t + self.cfg.probe_interval),
+        )
     }
 
     // ---- receiver side ----

@@ -34,7 +34,11 @@ impl WindowedMaxRate {
 
     /// Adds a sample taken at `now`.
     pub fn update(&mut self, now: Instant, bytes_per_sec: f64) {
-        while self.samples.back().is_some_and(|&(_, v)| v <= bytes_per_sec) {
+        while self
+            .samples
+            .back()
+            .is_some_and(|&(_, v)| v <= bytes_per_sec)
+        {
             self.samples.pop_back();
         }
         self.samples.push_back((now, bytes_per_sec));
@@ -156,7 +160,11 @@ mod tests {
         for i in 0..200u64 {
             let now = Instant::from_micros(i * 10_000);
             snaps.push_back(d.snapshot(now, i == 0));
-            let acked = if snaps.len() > 2 { snaps.pop_front() } else { None };
+            let acked = if snaps.len() > 2 {
+                snaps.pop_front()
+            } else {
+                None
+            };
             d.on_ack(now, i * 10_000, acked);
         }
         let bw = d.bandwidth();

@@ -86,8 +86,14 @@ fn blackhole_goes_down_within_detection_time() {
         }
     }
     let d = down_at.expect("path never went down");
-    assert!(d <= 1000 + cfg.detect.as_millis() as u64 + 10, "down at {d}");
-    assert!(d >= 1000 + cfg.detect.as_millis() as u64 - 10, "down too early at {d}");
+    assert!(
+        d <= 1000 + cfg.detect.as_millis() as u64 + 10,
+        "down at {d}"
+    );
+    assert!(
+        d >= 1000 + cfg.detect.as_millis() as u64 - 10,
+        "down too early at {d}"
+    );
 }
 
 #[test]
@@ -113,6 +119,10 @@ fn stale_or_bogus_acks_are_ignored() {
         recv_bytes: 100,
     };
     p.on_ack(at(5), &bogus);
-    assert_eq!(p.state(), PathState::Down, "ack for unsent data must not prove the path");
+    assert_eq!(
+        p.state(),
+        PathState::Down,
+        "ack for unsent data must not prove the path"
+    );
     assert!(!p.rtt().has_sample());
 }

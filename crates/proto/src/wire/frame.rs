@@ -224,7 +224,11 @@ impl<'a> FrameWriter<'a> {
 
     /// Writes the inner header.
     pub fn inner_header(&mut self, h: InnerHeader) -> Result<(), WireError> {
-        h.emit(self.buf.get_mut(self.len..).ok_or(WireError::BufferTooSmall)?)?;
+        h.emit(
+            self.buf
+                .get_mut(self.len..)
+                .ok_or(WireError::BufferTooSmall)?,
+        )?;
         self.len += InnerHeader::LEN;
         Ok(())
     }
@@ -314,15 +318,22 @@ mod tests {
     }
 
     fn arb_ack() -> impl Strategy<Value = AckFrame> {
-        (any::<u8>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
-            |(path, largest, ack_delay_us, recv_count, recv_bytes)| AckFrame {
-                path,
-                largest,
-                ack_delay_us,
-                recv_count,
-                recv_bytes,
-            },
+        (
+            any::<u8>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
         )
+            .prop_map(
+                |(path, largest, ack_delay_us, recv_count, recv_bytes)| AckFrame {
+                    path,
+                    largest,
+                    ack_delay_us,
+                    recv_count,
+                    recv_bytes,
+                },
+            )
     }
 
     proptest! {

@@ -7,10 +7,12 @@
 //! panics or allocates unboundedly on any input; all multi-byte fields are big-endian.
 
 mod frame;
-mod outer;
+pub(crate) mod outer;
 
 pub use frame::{AckFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader};
-pub use outer::{MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN};
+pub use outer::{
+    MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
+};
 
 /// Bytes added by encapsulation before the IP/UDP headers: outer data header, inner
 /// header, DATA frame header and the AEAD tag.

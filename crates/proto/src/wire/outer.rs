@@ -68,8 +68,10 @@ impl<T: AsRef<[u8]>> OuterPacket<T> {
                 have: b.len(),
             });
         }
-        if matches!(kind, MessageType::HandshakeInit | MessageType::HandshakeResp)
-            && b.len() != need
+        if matches!(
+            kind,
+            MessageType::HandshakeInit | MessageType::HandshakeResp
+        ) && b.len() != need
         {
             // Handshakes have a fixed size; anything else is not ours.
             return Err(WireError::Truncated {

@@ -1,0 +1,296 @@
+//! The client endpoint: one session to one server over every configured link.
+//!
+//! Handshake: the same initiation datagram goes out on every available link at once, so
+//! the session comes up over whichever link works first (duplicates are refused by the
+//! server's timestamp check); it is retried every `HANDSHAKE_RETRY` until answered, and
+//! repeated every `REKEY_AFTER` for fresh keys. If every path has been down for twice the
+//! detection time the client re-handshakes too, which recovers from a server restart.
+
+use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
+use crate::crypto::{Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH};
+use crate::path::{PathId, PathState};
+use crate::policy::Classifier;
+use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
+use crate::wire::{outer, MessageType, OuterPacket, HANDSHAKE_INIT_LEN};
+use crate::Instant;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// Client parameters.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Our static key.
+    pub local_key: StaticSecret,
+    /// The server's static public key.
+    pub server_key: PublicKey,
+    /// Data-plane parameters.
+    pub session: SessionConfig,
+    /// Flow classification rules.
+    pub classifier: Classifier,
+    /// Wall-clock microseconds at `Instant::ZERO` (for handshake timestamps).
+    pub epoch_us: u64,
+}
+
+/// A link as the client knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// Path id used on the wire.
+    pub id: PathId,
+    /// Server address reached over this link.
+    pub remote: SocketAddr,
+    /// Whether its interface is usable.
+    pub available: bool,
+}
+
+struct Pending {
+    initiator: Initiator,
+    sender_index: u32,
+    sent_at: Instant,
+}
+
+/// The client.
+pub struct Client {
+    cfg: ClientConfig,
+    session: Session,
+    links: Vec<LinkInfo>,
+    rng: ChaCha20Rng,
+    pending: Option<Pending>,
+    fresh: bool,
+    established: bool,
+    handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
+    counters: EndpointCounters,
+    all_down_since: Option<Instant>,
+}
+
+impl Client {
+    /// A client that will handshake as soon as it has a link and `handle_timeout` runs.
+    pub fn new(cfg: ClientConfig, seed: u64) -> Self {
+        let id = cfg.local_key.public_key().session_id();
+        let session = Session::new(id, cfg.session);
+        Client {
+            cfg,
+            session,
+            links: Vec::new(),
+            rng: ChaCha20Rng::seed_from_u64(seed),
+            pending: None,
+            fresh: true,
+            established: false,
+            handshake_out: VecDeque::new(),
+            counters: EndpointCounters::default(),
+            all_down_since: None,
+        }
+    }
+
+    /// Adds a link, or updates it.
+    pub fn add_link(&mut self, now: Instant, id: PathId, remote: SocketAddr) {
+        match self.links.iter_mut().find(|l| l.id == id) {
+            Some(l) => l.remote = remote,
+            None => self.links.push(LinkInfo {
+                id,
+                remote,
+                available: true,
+            }),
+        }
+        self.session.ensure_path(now, id, remote);
+        self.session.set_path_available(now, id, true);
+    }
+
+    /// Marks a link's interface usable or not (netlink up/down, address gone).
+    pub fn set_link_available(&mut self, now: Instant, id: PathId, available: bool) {
+        if let Some(l) = self.links.iter_mut().find(|l| l.id == id) {
+            l.available = available;
+        }
+        self.session.set_path_available(now, id, available);
+    }
+
+    /// Links.
+    pub fn links(&self) -> &[LinkInfo] {
+        &self.links
+    }
+
+    /// Whether keys are established.
+    pub fn is_established(&self) -> bool {
+        self.established
+    }
+
+    /// The session (for status).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Refusal counters.
+    pub fn counters(&self) -> EndpointCounters {
+        self.counters
+    }
+
+    /// An IP packet read from the TUN device.
+    pub fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]) {
+        let policy = self.cfg.classifier.classify(packet);
+        self.session.send_packet(now, packet, policy);
+    }
+
+    /// A datagram received on link `link` from `from`.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        link: PathId,
+        from: SocketAddr,
+        buf: &mut [u8],
+    ) {
+        let kind = match OuterPacket::new_checked(&buf[..]) {
+            Ok(p) => p.kind(),
+            Err(_) => {
+                self.counters.rx_garbage += 1;
+                return;
+            }
+        };
+        match kind {
+            MessageType::HandshakeResp => self.handle_response(now, link, buf),
+            MessageType::Data => {
+                self.session.handle_data(now, from, buf, false);
+            }
+            MessageType::HandshakeInit => self.counters.rx_garbage += 1,
+        }
+    }
+
+    fn handle_response(&mut self, now: Instant, link: PathId, buf: &[u8]) {
+        let Ok(p) = OuterPacket::new_checked(buf) else {
+            return;
+        };
+        let matches = self
+            .pending
+            .as_ref()
+            .is_some_and(|h| h.sender_index == p.resp_receiver_index());
+        if !matches {
+            self.counters.rx_unknown_index += 1;
+            return;
+        }
+        let Some(h) = self.pending.take() else {
+            return;
+        };
+        match h.initiator.read_resp(p.noise()) {
+            Ok(keys) => {
+                let kp = Keypair::new(h.sender_index, p.index(), keys, now);
+                self.session.keys.install_current(kp);
+                self.session.confirm_path(now, link);
+                self.established = true;
+                self.fresh = false;
+                self.all_down_since = None;
+                self.counters.handshakes += 1;
+            }
+            Err(_) => {
+                // The initiator is consumed by a failed read; a new handshake follows.
+                self.counters.rx_handshake_failed += 1;
+            }
+        }
+    }
+
+    fn start_handshake(&mut self, now: Instant) {
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        let Ok(mut initiator) = Initiator::new(&self.cfg.local_key, &self.cfg.server_key, seed)
+        else {
+            return;
+        };
+        let sender_index = self.rng.next_u32();
+        let mut msg = vec![0u8; HANDSHAKE_INIT_LEN];
+        let ts = self.cfg.epoch_us + now.as_micros();
+        let flags = if self.fresh { INIT_FLAG_FRESH } else { 0 };
+        if initiator.write_init(ts, flags, &mut msg[8..]).is_err() {
+            return;
+        }
+        for l in self.links.iter().filter(|l| l.available) {
+            let mut m = msg.clone();
+            outer::emit_init_header(&mut m, l.id.0, sender_index);
+            self.handshake_out.push_back((l.id, l.remote, m));
+        }
+        self.pending = Some(Pending {
+            initiator,
+            sender_index,
+            sent_at: now,
+        });
+    }
+
+    fn handshake_due(&self, now: Instant) -> bool {
+        if !self.links.iter().any(|l| l.available) {
+            return false;
+        }
+        if let Some(p) = &self.pending {
+            return now.saturating_since(p.sent_at) >= HANDSHAKE_RETRY;
+        }
+        let old_keys = self
+            .session
+            .keys
+            .current
+            .as_ref()
+            .is_none_or(|k| now.saturating_since(k.created) >= REKEY_AFTER);
+        let dead = self
+            .all_down_since
+            .is_some_and(|t| now.saturating_since(t) >= self.cfg.session.detect * 2);
+        old_keys || dead
+    }
+
+    /// Earliest time `handle_timeout` has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let hs = match &self.pending {
+            Some(p) => Some(p.sent_at + HANDSHAKE_RETRY),
+            None => Some(
+                self.session
+                    .keys
+                    .current
+                    .as_ref()
+                    .map_or(Instant::ZERO, |k| k.created + REKEY_AFTER),
+            ),
+        };
+        let dead = self.all_down_since.map(|t| t + self.cfg.session.detect * 2);
+        [hs, dead, self.session.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.session.handle_timeout(now);
+        let all_down =
+            self.established && self.session.paths().all(|p| p.state() == PathState::Down);
+        if !all_down {
+            self.all_down_since = None;
+        } else if self.all_down_since.is_none() {
+            self.all_down_since = Some(now);
+        }
+        if self.handshake_due(now) {
+            self.start_handshake(now);
+            if self.all_down_since.is_some() {
+                self.all_down_since = Some(now);
+            }
+        }
+    }
+
+    /// Next datagram to send, and on which link.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((path, dst, m)) = self.handshake_out.pop_front() {
+            let n = m.len().min(buf.len());
+            buf[..n].copy_from_slice(&m[..n]);
+            return Some(Transmit { path, dst, len: n });
+        }
+        self.session.poll_transmit(now, buf)
+    }
+
+    /// Next IP packet for the TUN device.
+    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        self.session.poll_deliver()
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.session.poll_event()
+    }
+
+    /// Sends CLOSE on every path (drain `poll_transmit` afterwards).
+    pub fn close(&mut self) {
+        self.session.close();
+    }
+}

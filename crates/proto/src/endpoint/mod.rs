@@ -1,0 +1,44 @@
+//! Endpoints: the client (handshake initiator, one session over its links) and the server
+//! (responder, many sessions on one socket, routing by inner address).
+//!
+//! They own what is role-specific — handshakes, rekeying, finding the session of a
+//! datagram, inner-address routing and anti-spoofing — and delegate the data plane to
+//! `Session`. Invariant: a datagram that fails parsing or authentication only increments
+//! a counter; it never creates, changes or removes a session.
+
+mod client;
+mod server;
+
+pub use client::{Client, ClientConfig, LinkInfo};
+pub use server::{PeerConfig, PeerStatus, Server, ServerConfig};
+
+use core::time::Duration;
+
+/// Start a new handshake when the current keys are this old (WireGuard's REKEY_AFTER_TIME).
+pub const REKEY_AFTER: Duration = Duration::from_secs(120);
+/// Retry an unanswered handshake after this long.
+pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+
+/// Counters of datagrams refused before reaching a session, and of handshakes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointCounters {
+    /// Datagrams whose outer header did not parse (garbage, truncated, unknown type).
+    pub rx_garbage: u64,
+    /// Data datagrams naming no known receiver index.
+    pub rx_unknown_index: u64,
+    /// Handshakes from keys not in the peer list (server) — they get no answer.
+    pub rx_unknown_peer: u64,
+    /// Handshake messages that failed cryptographically.
+    pub rx_handshake_failed: u64,
+    /// Handshake initiations replayed (timestamp not newer than the last one).
+    pub rx_handshake_replayed: u64,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// IP packets from the local side with no session to go to (server: no peer route).
+    pub tx_no_route: u64,
+    /// Decrypted IP packets whose source is outside the peer's allowed addresses.
+    pub rx_spoofed: u64,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+//! The server endpoint: many clients on one UDP socket.
+//!
+//! A handshake initiation is answered only if the client's static key is in the peer list
+//! and its timestamp is newer than the last one accepted from that key. A data datagram is
+//! routed to its session by receiver index; the session follows the client's address on
+//! each path (roaming). Packets from the TUN device go to the peer whose `allowed_ips`
+//! contain the destination (longest prefix), and decrypted packets are delivered only if
+//! their source lies in the sending peer's `allowed_ips` (cryptokey routing, as WireGuard).
+
+use super::EndpointCounters;
+use crate::crypto::{PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH};
+use crate::path::PathId;
+use crate::policy::Policy;
+use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
+use crate::wire::{outer, MessageType, OuterPacket, HANDSHAKE_RESP_LEN};
+use crate::Instant;
+use ipnet::IpNet;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+/// One allowed client.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// Name for status and logs.
+    pub name: String,
+    /// The client's static public key.
+    pub public_key: PublicKey,
+    /// Inner addresses routed to this client and accepted from it.
+    pub allowed_ips: Vec<IpNet>,
+}
+
+/// Server parameters.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Our static key.
+    pub local_key: StaticSecret,
+    /// Allowed clients.
+    pub peers: Vec<PeerConfig>,
+    /// Data-plane parameters.
+    pub session: SessionConfig,
+    /// Policy for downstream flows the client has not used yet.
+    pub default_policy: Policy,
+}
+
+struct Peer {
+    cfg: PeerConfig,
+    last_timestamp: u64,
+    session: Option<Session>,
+}
+
+/// A peer's state for `status`.
+pub struct PeerStatus<'a> {
+    /// Its configuration.
+    pub config: &'a PeerConfig,
+    /// Its session, if one is established.
+    pub session: Option<&'a Session>,
+}
+
+/// The server.
+pub struct Server {
+    cfg: ServerConfig,
+    peers: Vec<Peer>,
+    by_index: HashMap<u32, usize>,
+    rng: ChaCha20Rng,
+    handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
+    counters: EndpointCounters,
+    next_tx_peer: usize,
+    next_rx_peer: usize,
+    events: VecDeque<(usize, Event)>,
+}
+
+impl Server {
+    /// A server for `cfg`, with its RNG seeded by `seed`.
+    pub fn new(cfg: ServerConfig, seed: u64) -> Self {
+        let peers = cfg
+            .peers
+            .iter()
+            .map(|p| Peer {
+                cfg: p.clone(),
+                last_timestamp: 0,
+                session: None,
+            })
+            .collect();
+        Server {
+            cfg,
+            peers,
+            by_index: HashMap::new(),
+            rng: ChaCha20Rng::seed_from_u64(seed),
+            handshake_out: VecDeque::new(),
+            counters: EndpointCounters::default(),
+            next_tx_peer: 0,
+            next_rx_peer: 0,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Refusal counters.
+    pub fn counters(&self) -> EndpointCounters {
+        self.counters
+    }
+
+    /// Peers and their sessions.
+    pub fn peers(&self) -> impl Iterator<Item = PeerStatus<'_>> {
+        self.peers.iter().map(|p| PeerStatus {
+            config: &p.cfg,
+            session: p.session.as_ref(),
+        })
+    }
+
+    /// A datagram received from `from`.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
+        let (kind, index) = match OuterPacket::new_checked(&buf[..]) {
+            Ok(p) => (p.kind(), p.index()),
+            Err(_) => {
+                self.counters.rx_garbage += 1;
+                return;
+            }
+        };
+        match kind {
+            MessageType::HandshakeInit => self.handle_init(now, from, buf),
+            MessageType::HandshakeResp => self.counters.rx_garbage += 1,
+            MessageType::Data => {
+                let Some(&pi) = self.by_index.get(&index) else {
+                    self.counters.rx_unknown_index += 1;
+                    return;
+                };
+                if let Some(s) = self.peers[pi].session.as_mut() {
+                    s.handle_data(now, from, buf, true);
+                    while let Some(e) = s.poll_event() {
+                        self.events.push_back((pi, e));
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_init(&mut self, now: Instant, from: SocketAddr, buf: &[u8]) {
+        let Ok(p) = OuterPacket::new_checked(buf) else {
+            return;
+        };
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        let resp = match Responder::read_init(&self.cfg.local_key, seed, p.noise()) {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.rx_handshake_failed += 1;
+                return;
+            }
+        };
+        let Some(pi) = self
+            .peers
+            .iter()
+            .position(|peer| peer.cfg.public_key == resp.remote())
+        else {
+            self.counters.rx_unknown_peer += 1;
+            return;
+        };
+        if resp.timestamp_us() <= self.peers[pi].last_timestamp {
+            self.counters.rx_handshake_replayed += 1;
+            return;
+        }
+        let fresh = resp.flags() & INIT_FLAG_FRESH != 0;
+        let timestamp = resp.timestamp_us();
+        let (client_index, path) = (p.index(), PathId(p.path()));
+        let mut local_index = self.rng.next_u32();
+        while self.by_index.contains_key(&local_index) {
+            local_index = self.rng.next_u32();
+        }
+        let mut out = vec![0u8; HANDSHAKE_RESP_LEN];
+        let Ok((_, keys)) = resp.write_resp(&mut out[12..]) else {
+            self.counters.rx_handshake_failed += 1;
+            return;
+        };
+        outer::emit_resp_header(&mut out, path.0, local_index, client_index);
+        let peer = &mut self.peers[pi];
+        peer.last_timestamp = timestamp;
+        let kp = Keypair::new(local_index, client_index, keys, now);
+        match peer.session.as_mut() {
+            Some(s) if !fresh => s.keys.install_next(kp),
+            _ => {
+                let mut s = Session::new(peer.cfg.public_key.session_id(), self.cfg.session);
+                s.keys.install_current(kp);
+                peer.session = Some(s);
+            }
+        }
+        let s = peer.session.as_mut().expect("installed above");
+        s.ensure_path(now, path, from);
+        s.confirm_path(now, path);
+        self.by_index.retain(|_, v| *v != pi);
+        for idx in s.keys.indices() {
+            self.by_index.insert(idx, pi);
+        }
+        self.counters.handshakes += 1;
+        self.handshake_out.push_back((path, from, out));
+    }
+
+    /// An IP packet read from the TUN device.
+    pub fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]) {
+        let Some(dst) = crate::policy::parse_flow(packet).map(|(k, _)| k.dst) else {
+            self.counters.tx_no_route += 1;
+            return;
+        };
+        let Some(pi) = self.route(dst) else {
+            self.counters.tx_no_route += 1;
+            return;
+        };
+        let default = self.cfg.default_policy;
+        match self.peers[pi].session.as_mut() {
+            Some(s) => {
+                let policy = s.learned_policy(packet).unwrap_or(default);
+                s.send_packet(now, packet, policy);
+            }
+            None => self.counters.tx_no_route += 1,
+        }
+    }
+
+    fn route(&self, dst: IpAddr) -> Option<usize> {
+        self.peers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.cfg.allowed_ips.iter().map(move |n| (i, n)))
+            .filter(|(_, n)| n.contains(&dst))
+            .max_by_key(|(_, n)| n.prefix_len())
+            .map(|(i, _)| i)
+    }
+
+    /// Earliest time `handle_timeout` has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.peers
+            .iter()
+            .filter_map(|p| p.session.as_ref()?.poll_timeout())
+            .min()
+    }
+
+    /// Runs timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for (pi, p) in self.peers.iter_mut().enumerate() {
+            if let Some(s) = p.session.as_mut() {
+                s.handle_timeout(now);
+                while let Some(e) = s.poll_event() {
+                    self.events.push_back((pi, e));
+                }
+            }
+        }
+    }
+
+    /// Next datagram to send.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((path, dst, m)) = self.handshake_out.pop_front() {
+            let n = m.len().min(buf.len());
+            buf[..n].copy_from_slice(&m[..n]);
+            return Some(Transmit { path, dst, len: n });
+        }
+        // Round-robin over sessions so one busy client cannot starve the others.
+        let n = self.peers.len();
+        for k in 0..n {
+            let i = (self.next_tx_peer + k) % n;
+            if let Some(t) = self.peers[i]
+                .session
+                .as_mut()
+                .and_then(|s| s.poll_transmit(now, buf))
+            {
+                self.next_tx_peer = (i + 1) % n;
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Next IP packet for the TUN device (sources checked against `allowed_ips`).
+    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        let n = self.peers.len();
+        for k in 0..n {
+            let i = (self.next_rx_peer + k) % n;
+            let peer = &mut self.peers[i];
+            let Some(s) = peer.session.as_mut() else {
+                continue;
+            };
+            while let Some(pkt) = s.poll_deliver() {
+                let src_ok = crate::policy::parse_flow(&pkt)
+                    .is_some_and(|(k, _)| peer.cfg.allowed_ips.iter().any(|n| n.contains(&k.src)));
+                if src_ok {
+                    self.next_rx_peer = (i + 1) % n;
+                    return Some(pkt);
+                }
+                self.counters.rx_spoofed += 1;
+            }
+        }
+        None
+    }
+
+    /// Next event, with the name of the peer it concerns.
+    pub fn poll_event(&mut self) -> Option<(&str, Event)> {
+        let (pi, e) = self.events.pop_front()?;
+        Some((self.peers[pi].cfg.name.as_str(), e))
+    }
+}

@@ -1,0 +1,292 @@
+//! Per-flow policies: which scheduler a packet's flow is under.
+//!
+//! The client classifies each IP packet from the TUN by protocol, port range and DSCP
+//! against ordered rules (first match wins, else the default), as seed 003's per-flow
+//! policy and Speedify's/Peplink's classes do. The policy code travels in the DATA frame's
+//! flags, and the server remembers it per flow in a bounded `FlowTable`, so return traffic
+//! is scheduled by the same policy without the server carrying the client's rules.
+//!
+//! Invariant: classification never panics; an unparsable packet gets the default policy.
+
+use crate::Instant;
+use core::time::Duration;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// A flow policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// One path at a time, the best, with fast failover.
+    Best,
+    /// Copies on k paths (`None` = all).
+    Redundant {
+        /// Number of copies.
+        copies: Option<u8>,
+    },
+    /// Striped over all paths, delivered in order.
+    Aggregate,
+}
+
+impl Policy {
+    /// Two-bit code carried in DATA flags.
+    pub fn code(self) -> u8 {
+        match self {
+            Policy::Best => 0,
+            Policy::Redundant { .. } => 1,
+            Policy::Aggregate => 2,
+        }
+    }
+
+    /// The policy for a code received from the peer (unknown codes mean `Best`).
+    pub fn from_code(code: u8) -> Policy {
+        match code {
+            1 => Policy::Redundant { copies: None },
+            2 => Policy::Aggregate,
+            _ => Policy::Best,
+        }
+    }
+
+    /// Name as used in config and status.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Best => "best",
+            Policy::Redundant { .. } => "redundant",
+            Policy::Aggregate => "aggregate",
+        }
+    }
+}
+
+/// The fields of an IP packet that rules match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// IP protocol number.
+    pub protocol: u8,
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port (0 when not TCP/UDP or fragmented).
+    pub sport: u16,
+    /// Destination port (0 when not TCP/UDP or fragmented).
+    pub dport: u16,
+}
+
+impl FlowKey {
+    /// The key of the reverse direction.
+    pub fn reversed(self) -> FlowKey {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..self
+        }
+    }
+}
+
+/// Parses the flow key and DSCP of an IP packet.
+pub fn parse_flow(packet: &[u8]) -> Option<(FlowKey, u8)> {
+    let ip = etherparse::IpSlice::from_slice(packet).ok()?;
+    let dscp = match &ip {
+        etherparse::IpSlice::Ipv4(v4) => v4.header().dcp().value(),
+        etherparse::IpSlice::Ipv6(v6) => v6.header().dscp().value(),
+    };
+    let payload = ip.payload();
+    let protocol = payload.ip_number.0;
+    let ports = (!payload.fragmented && (protocol == 6 || protocol == 17))
+        .then(|| payload.payload.get(..4))
+        .flatten()
+        .map(|p| {
+            (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            )
+        });
+    let (sport, dport) = ports.unwrap_or((0, 0));
+    Some((
+        FlowKey {
+            protocol,
+            src: ip.source_addr(),
+            dst: ip.destination_addr(),
+            sport,
+            dport,
+        },
+        dscp,
+    ))
+}
+
+/// One classification rule; `None` fields match anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Name, for status and logs.
+    pub name: String,
+    /// IP protocol number.
+    pub protocol: Option<u8>,
+    /// Inclusive port range, matched against source or destination port.
+    pub ports: Option<(u16, u16)>,
+    /// DSCP value (0..=63).
+    pub dscp: Option<u8>,
+    /// The policy applied on a match.
+    pub policy: Policy,
+}
+
+impl Rule {
+    fn matches(&self, k: &FlowKey, dscp: u8) -> bool {
+        self.protocol.is_none_or(|p| p == k.protocol)
+            && self.dscp.is_none_or(|d| d == dscp)
+            && self
+                .ports
+                .is_none_or(|(lo, hi)| (lo..=hi).contains(&k.sport) || (lo..=hi).contains(&k.dport))
+    }
+}
+
+/// Ordered rules plus a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classifier {
+    /// Rules, first match wins.
+    pub rules: Vec<Rule>,
+    /// Policy when no rule matches.
+    pub default: Policy,
+}
+
+impl Classifier {
+    /// Everything under one policy.
+    pub fn uniform(p: Policy) -> Self {
+        Classifier {
+            rules: vec![],
+            default: p,
+        }
+    }
+
+    /// The policy of `packet`.
+    pub fn classify(&self, packet: &[u8]) -> Policy {
+        let Some((key, dscp)) = parse_flow(packet) else {
+            return self.default;
+        };
+        self.rules
+            .iter()
+            .find(|r| r.matches(&key, dscp))
+            .map_or(self.default, |r| r.policy)
+    }
+}
+
+/// Bounded memory of which policy the peer uses per flow (server side).
+#[derive(Debug)]
+pub struct FlowTable {
+    map: HashMap<FlowKey, (Policy, Instant)>,
+    cap: usize,
+    idle: Duration,
+}
+
+impl FlowTable {
+    /// A table of at most `cap` flows, forgetting flows idle for `idle`.
+    pub fn new(cap: usize, idle: Duration) -> Self {
+        FlowTable {
+            map: HashMap::new(),
+            cap,
+            idle,
+        }
+    }
+
+    /// Records that packets of `key` (peer → us) use `policy`.
+    pub fn learn(&mut self, now: Instant, key: FlowKey, policy: Policy) {
+        if self.map.len() >= self.cap && !self.map.contains_key(&key) {
+            let idle = self.idle;
+            self.map.retain(|_, (_, t)| now.saturating_since(*t) < idle);
+            if self.map.len() >= self.cap {
+                return;
+            }
+        }
+        self.map.insert(key, (policy, now));
+    }
+
+    /// The policy for a packet we send (us → peer), looked up by its reverse key.
+    pub fn lookup(&self, packet: &[u8]) -> Option<Policy> {
+        let (key, _) = parse_flow(packet)?;
+        self.map.get(&key.reversed()).map(|&(p, _)| p)
+    }
+
+    /// Flows remembered.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no flow is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal IPv4/UDP packet with the given DSCP and ports.
+    pub fn udp4(dscp: u8, sport: u16, dport: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 28];
+        p[0] = 0x45;
+        p[1] = dscp << 2;
+        p[2..4].copy_from_slice(&28u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p[24..26].copy_from_slice(&8u16.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn rules_first_match_wins() {
+        let c = Classifier {
+            rules: vec![
+                Rule {
+                    name: "voip".into(),
+                    protocol: Some(17),
+                    ports: Some((5000, 5999)),
+                    dscp: None,
+                    policy: Policy::Redundant { copies: Some(2) },
+                },
+                Rule {
+                    name: "ef".into(),
+                    protocol: None,
+                    ports: None,
+                    dscp: Some(46),
+                    policy: Policy::Best,
+                },
+            ],
+            default: Policy::Aggregate,
+        };
+        assert_eq!(
+            c.classify(&udp4(0, 40000, 5004)),
+            Policy::Redundant { copies: Some(2) }
+        );
+        assert_eq!(c.classify(&udp4(46, 1, 2)), Policy::Best);
+        assert_eq!(c.classify(&udp4(0, 1, 2)), Policy::Aggregate);
+        assert_eq!(c.classify(&[0x45, 0, 1]), Policy::Aggregate);
+    }
+
+    #[test]
+    fn flow_table_answers_reverse_direction() {
+        let mut t = FlowTable::new(2, Duration::from_secs(1));
+        let up = udp4(0, 1000, 2000);
+        let (k, _) = parse_flow(&up).unwrap();
+        t.learn(Instant::ZERO, k, Policy::Aggregate);
+        let mut down = udp4(0, 2000, 1000);
+        down[12..16].copy_from_slice(&[10, 0, 0, 2]);
+        down[16..20].copy_from_slice(&[10, 0, 0, 1]);
+        assert_eq!(t.lookup(&down), Some(Policy::Aggregate));
+        assert_eq!(t.lookup(&up), None);
+    }
+
+    #[test]
+    fn flow_table_is_bounded() {
+        let mut t = FlowTable::new(2, Duration::from_secs(10));
+        for port in 0..5 {
+            let (k, _) = parse_flow(&udp4(0, port, 1)).unwrap();
+            t.learn(Instant::ZERO, k, Policy::Best);
+        }
+        assert_eq!(t.len(), 2);
+    }
+}

@@ -1,0 +1,88 @@
+//! Schedulers: which path(s) carry the next packet of a flow.
+//!
+//! A scheduler sees only a narrow, copyable view of each path (`PathView`), never the
+//! session, so it can be swapped, unit-tested and simulated on its own. Invariant: a
+//! selection only names paths present in the view; `Wait` is returned only by schedulers
+//! that respect windows (aggregate), meaning "keep the packet queued until feedback opens a
+//! window"; `AllPaths` is the last resort when no path is believed usable.
+
+mod best;
+mod earliest;
+mod redundant;
+mod weighted;
+
+pub use best::BestPath;
+pub use earliest::EarliestArrival;
+pub use redundant::Redundant;
+pub use weighted::Weighted;
+
+use crate::path::{PathId, PathState, PathView};
+use crate::Instant;
+use arrayvec::ArrayVec;
+
+/// Most paths a session can have.
+pub const MAX_PATHS: usize = 16;
+
+/// A set of paths.
+pub type PathSet = ArrayVec<PathId, MAX_PATHS>;
+
+/// A scheduler's answer for one packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Send one copy on each of these paths.
+    Paths(PathSet),
+    /// Every path is out of window: keep the packet queued.
+    Wait,
+    /// No path is believed usable: send on every path (one may work; none is known to).
+    AllPaths,
+}
+
+/// Chooses paths for packets of one flow class.
+pub trait Scheduler: Send {
+    /// Short name for status and benchmarks.
+    fn name(&self) -> &'static str;
+    /// Picks the path(s) for a packet of `len` bytes.
+    fn select(&mut self, now: Instant, paths: &[PathView], len: usize) -> Selection;
+}
+
+/// Paths usable for data, preferring `Up` ones: if any path is `Up`, only `Up` paths;
+/// otherwise the `Suspect` ones.
+pub fn preferred(paths: &[PathView]) -> impl Iterator<Item = &PathView> {
+    let any_up = paths.iter().any(|p| p.state == PathState::Up);
+    paths.iter().filter(move |p| {
+        if any_up {
+            p.state == PathState::Up
+        } else {
+            p.state == PathState::Suspect
+        }
+    })
+}
+
+/// A single-path selection.
+pub fn one(id: PathId) -> Selection {
+    let mut s = PathSet::new();
+    s.push(id);
+    Selection::Paths(s)
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::*;
+    use core::time::Duration;
+
+    /// A path view with the given id, state, RTT (ms) and bandwidth (Mbit/s).
+    pub fn view(id: u8, state: PathState, rtt_ms: u64, mbit: f64) -> PathView {
+        PathView {
+            id: PathId(id),
+            state,
+            srtt: Duration::from_millis(rtt_ms),
+            min_rtt: Duration::from_millis(rtt_ms),
+            measured: true,
+            bandwidth_bps: mbit * 1e6 / 8.0,
+            inflight_bytes: 0,
+            cwnd_bytes: 1 << 20,
+            loss: 0.0,
+            up_since: Some(Instant::ZERO),
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! The data plane of one client–server session, identical on both sides.
+//!
+//! A session owns the paths, the keyring, the session-wide data sequence numbers, the
+//! de-duplication window, the reorder buffer, the schedulers of the three policies and the
+//! bounded queues between them. The endpoint (client or server) does handshakes and finds
+//! the session; then it calls `handle_data` for each authenticated-looking datagram and
+//! `send_packet` for each IP packet, and pulls datagrams with `poll_transmit`.
+//!
+//! Invariants:
+//! - nothing in a datagram changes state before its tag verified and its counter passed the
+//!   replay window;
+//! - every datagram is sealed under a fresh counter of the current keypair (redundant
+//!   copies included — they are separate datagrams);
+//! - every queue is bounded: the aggregate queue in bytes (tail drop, counted), the job
+//!   queue in entries, the reorder buffer in bytes and entries.
+
+mod keyring;
+mod transmit;
+
+pub use keyring::{Keypair, Keyring, Slot};
+pub use transmit::Transmit;
+
+use crate::crypto::SessionId;
+use crate::path::{Path, PathConfig, PathId, PathState, PathView};
+use crate::policy::{parse_flow, FlowTable, Policy};
+use crate::reorder::{ReorderBuffer, ReorderStats};
+use crate::replay::ReplayWindow;
+use crate::sched::{BestPath, EarliestArrival, Redundant, Scheduler, Selection, Weighted};
+use crate::wire::{DataFlags, Frame, FrameReader, InnerHeader, OuterPacket};
+use crate::Instant;
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use transmit::Job;
+
+/// Which scheduler stripes `aggregate` flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateScheduler {
+    /// Earliest expected arrival (default).
+    Earliest,
+    /// Weighted round-robin by bandwidth (baseline).
+    Weighted,
+}
+
+/// Session parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionConfig {
+    /// Dead-path detection time.
+    pub detect: Duration,
+    /// How long a recovered path must stay up before `best` moves back to it.
+    pub failback_hold: Duration,
+    /// Scheduler for `aggregate`.
+    pub aggregate: AggregateScheduler,
+    /// Bound of the aggregate queue.
+    pub queue_max_bytes: usize,
+    /// Bound of the reorder buffer.
+    pub reorder_max_bytes: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            detect: Duration::from_secs(1),
+            failback_hold: Duration::from_secs(3),
+            aggregate: AggregateScheduler::Earliest,
+            queue_max_bytes: 1 << 20,
+            reorder_max_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Something the driver may want to log or show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A path changed liveness.
+    PathState(PathId, PathState),
+    /// The peer's address on a path changed (roaming / NAT rebinding).
+    PathRoamed(PathId, SocketAddr),
+    /// The peer closed the session.
+    Closed,
+}
+
+/// Session-level counters (shown by `status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionCounters {
+    /// IP packets accepted from the local side.
+    pub tx_ip_packets: u64,
+    /// IP packets delivered to the local side.
+    pub rx_ip_packets: u64,
+    /// Redundant copies dropped as duplicates.
+    pub rx_duplicates: u64,
+    /// Datagrams that failed authentication.
+    pub rx_unauthenticated: u64,
+    /// Authenticated datagrams refused by the replay window.
+    pub rx_replayed: u64,
+    /// Authenticated datagrams with malformed content.
+    pub rx_malformed: u64,
+    /// IP packets dropped because the aggregate queue was full.
+    pub queue_drops: u64,
+    /// IP packets dropped because no keypair was ready.
+    pub no_key_drops: u64,
+}
+
+/// One session.
+pub struct Session {
+    id: SessionId,
+    cfg: SessionConfig,
+    /// Keypairs.
+    pub keys: Keyring,
+    paths: Vec<PathSlot>,
+    next_data_seq: u64,
+    dedupe: ReplayWindow,
+    reorder: ReorderBuffer,
+    deliver: VecDeque<Vec<u8>>,
+    jobs: VecDeque<Job>,
+    agg_queue: VecDeque<(u64, Arc<[u8]>)>,
+    agg_queue_bytes: usize,
+    best: BestPath,
+    redundant: Redundant,
+    aggregate: Box<dyn Scheduler>,
+    flows: FlowTable,
+    events: VecDeque<Event>,
+    counters: SessionCounters,
+    last_rx: Option<Instant>,
+}
+
+struct PathSlot {
+    path: Path,
+    ping_queued: bool,
+}
+
+const MAX_JOBS: usize = 4096;
+
+fn find_slot(paths: &mut [PathSlot], id: PathId) -> Option<&mut PathSlot> {
+    paths.iter_mut().find(|s| s.path.id() == id)
+}
+
+impl Session {
+    /// A session without keys or paths yet.
+    pub fn new(id: SessionId, cfg: SessionConfig) -> Self {
+        let aggregate: Box<dyn Scheduler> = match cfg.aggregate {
+            AggregateScheduler::Earliest => Box::new(EarliestArrival::new()),
+            AggregateScheduler::Weighted => Box::new(Weighted::new()),
+        };
+        Session {
+            id,
+            cfg,
+            keys: Keyring::default(),
+            paths: Vec::new(),
+            next_data_seq: 0,
+            dedupe: ReplayWindow::new(),
+            reorder: ReorderBuffer::new(cfg.reorder_max_bytes),
+            deliver: VecDeque::new(),
+            jobs: VecDeque::new(),
+            agg_queue: VecDeque::new(),
+            agg_queue_bytes: 0,
+            best: BestPath::new(cfg.failback_hold),
+            redundant: Redundant::new(None),
+            aggregate,
+            flows: FlowTable::new(4096, Duration::from_secs(120)),
+            events: VecDeque::new(),
+            counters: SessionCounters::default(),
+            last_rx: None,
+        }
+    }
+
+    /// The session identity.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> SessionCounters {
+        self.counters
+    }
+
+    /// Reorder metrics.
+    pub fn reorder_stats(&self) -> ReorderStats {
+        self.reorder.stats()
+    }
+
+    /// When the last authenticated datagram arrived.
+    pub fn last_rx(&self) -> Option<Instant> {
+        self.last_rx
+    }
+
+    /// Paths, in creation order.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.paths.iter().map(|s| &s.path)
+    }
+
+    fn slot_mut(&mut self, id: PathId) -> Option<&mut PathSlot> {
+        find_slot(&mut self.paths, id)
+    }
+
+    /// Adds a path (or updates its remote address and availability if it exists).
+    pub fn ensure_path(&mut self, now: Instant, id: PathId, remote: SocketAddr) -> &mut Path {
+        let cfg = PathConfig::from_detect(self.cfg.detect);
+        let idx = match self.paths.iter().position(|s| s.path.id() == id) {
+            Some(i) => i,
+            None => {
+                self.paths.push(PathSlot {
+                    path: Path::new(id, remote, now, cfg),
+                    ping_queued: false,
+                });
+                self.paths.len() - 1
+            }
+        };
+        &mut self.paths[idx].path
+    }
+
+    /// Marks the local side of a path (un)available (interface down/up).
+    pub fn set_path_available(&mut self, now: Instant, id: PathId, available: bool) {
+        if let Some(s) = find_slot(&mut self.paths, id) {
+            let before = s.path.state();
+            s.path.set_available(now, available);
+            if s.path.state() != before {
+                self.events.push_back(Event::PathState(id, s.path.state()));
+            }
+        }
+    }
+
+    /// Forgets a path entirely.
+    pub fn remove_path(&mut self, id: PathId) {
+        self.paths.retain(|s| s.path.id() != id);
+        self.jobs.retain(|j| j.path() != id);
+    }
+
+    /// Proves a path (a handshake message arrived on it).
+    pub fn confirm_path(&mut self, now: Instant, id: PathId) {
+        if let Some(s) = find_slot(&mut self.paths, id) {
+            let before = s.path.state();
+            s.path.confirm(now);
+            if s.path.state() != before {
+                self.events.push_back(Event::PathState(id, s.path.state()));
+            }
+        }
+    }
+
+    /// The policy for a packet going to the peer, as learned from the peer's flows.
+    pub fn learned_policy(&self, packet: &[u8]) -> Option<Policy> {
+        self.flows.lookup(packet)
+    }
+
+    /// Queues one IP packet for the peer under `policy`.
+    pub fn send_packet(&mut self, now: Instant, packet: &[u8], policy: Policy) {
+        if self.keys.current.is_none() {
+            self.counters.no_key_drops += 1;
+            return;
+        }
+        self.counters.tx_ip_packets += 1;
+        let seq = self.next_data_seq;
+        self.next_data_seq += 1;
+        let packet: Arc<[u8]> = Arc::from(packet);
+        match policy {
+            Policy::Aggregate => {
+                if self.agg_queue_bytes + packet.len() > self.cfg.queue_max_bytes {
+                    self.counters.queue_drops += 1;
+                    return;
+                }
+                self.agg_queue_bytes += packet.len();
+                self.agg_queue.push_back((seq, packet));
+            }
+            Policy::Best | Policy::Redundant { .. } => {
+                let views = self.views();
+                let sel = if let Policy::Redundant { copies } = policy {
+                    self.redundant = Redundant::new(copies.map(usize::from));
+                    self.redundant.select(now, &views, packet.len())
+                } else {
+                    self.best.select(now, &views, packet.len())
+                };
+                let flags = DataFlags::new(policy.code(), false);
+                self.push_data_jobs(sel, seq, flags, packet);
+            }
+        }
+    }
+
+    fn push_data_jobs(&mut self, sel: Selection, seq: u64, flags: DataFlags, packet: Arc<[u8]>) {
+        let targets: Vec<PathId> = match sel {
+            Selection::Paths(p) => p.to_vec(),
+            Selection::AllPaths | Selection::Wait => self
+                .paths
+                .iter()
+                .filter(|s| s.path.available())
+                .map(|s| s.path.id())
+                .collect(),
+        };
+        for path in targets {
+            if self.jobs.len() >= MAX_JOBS {
+                self.counters.queue_drops += 1;
+                return;
+            }
+            self.jobs.push_back(Job::Data {
+                path,
+                seq,
+                flags,
+                packet: packet.clone(),
+            });
+        }
+    }
+
+    /// Scheduler views of all paths.
+    pub fn views(&self) -> Vec<PathView> {
+        self.paths.iter().map(|s| s.path.view()).collect()
+    }
+
+    /// Moves packets from the aggregate queue to jobs while the scheduler finds a path
+    /// with window; the view is updated per packet so windows fill up correctly.
+    fn schedule_aggregate(&mut self, now: Instant) {
+        if self.agg_queue.is_empty() {
+            return;
+        }
+        let mut views = self.views();
+        let pending: Vec<(PathId, u64)> = self
+            .jobs
+            .iter()
+            .filter_map(|j| j.data_len().map(|l| (j.path(), l as u64)))
+            .collect();
+        for (p, l) in pending {
+            if let Some(v) = views.iter_mut().find(|v| v.id == p) {
+                v.inflight_bytes += l;
+            }
+        }
+        while let Some((_, pkt)) = self.agg_queue.front() {
+            if self.jobs.len() >= MAX_JOBS {
+                break;
+            }
+            let len = pkt.len();
+            let sel = self.aggregate.select(now, &views, len);
+            if sel == Selection::Wait {
+                break;
+            }
+            let Some((seq, pkt)) = self.agg_queue.pop_front() else {
+                break;
+            };
+            self.agg_queue_bytes -= len;
+            if let Selection::Paths(p) = &sel {
+                for id in p {
+                    if let Some(v) = views.iter_mut().find(|v| v.id == *id) {
+                        v.inflight_bytes += len as u64;
+                    }
+                }
+            }
+            let flags = DataFlags::new(Policy::Aggregate.code(), true);
+            self.push_data_jobs(sel, seq, flags, pkt);
+        }
+    }
+
+    /// Processes a data datagram whose receiver index matched this session.
+    /// `datagram` is decrypted in place. Returns false if it was refused.
+    pub fn handle_data(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &mut [u8],
+        create_paths: bool,
+    ) -> bool {
+        let Ok(pkt) = OuterPacket::new_checked(&mut *datagram) else {
+            self.counters.rx_malformed += 1;
+            return false;
+        };
+        let (index, counter, path_id) = (pkt.index(), pkt.counter(), PathId(pkt.path()));
+        let len = datagram.len();
+        let (aad, sealed) = datagram.split_at_mut(crate::wire::DATA_HEADER_LEN);
+        let Some((slot, kp)) = self.keys.find(index) else {
+            self.counters.rx_unauthenticated += 1;
+            return false;
+        };
+        if !kp.replay.would_accept(counter) {
+            self.counters.rx_replayed += 1;
+            return false;
+        }
+        let Ok(plain_len) = kp.open.open(counter, aad, sealed) else {
+            self.counters.rx_unauthenticated += 1;
+            return false;
+        };
+        if !kp.replay.check_and_set(counter) {
+            self.counters.rx_replayed += 1;
+            return false;
+        }
+        if slot == Slot::Next {
+            self.keys.promote_next();
+        }
+        self.last_rx = Some(now);
+        self.process_plaintext(now, from, path_id, &sealed[..plain_len], len, create_paths);
+        true
+    }
+
+    fn process_plaintext(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        path_id: PathId,
+        plain: &[u8],
+        datagram_len: usize,
+        create_paths: bool,
+    ) {
+        let Ok((hdr, frames)) = InnerHeader::parse(plain) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        if self.slot_mut(path_id).is_none() {
+            if !create_paths {
+                self.counters.rx_malformed += 1;
+                return;
+            }
+            self.ensure_path(now, path_id, from);
+        } else if create_paths {
+            // Server side: follow the client to its new address (roaming).
+            let moved = self
+                .slot_mut(path_id)
+                .is_some_and(|s| s.path.set_remote(from));
+            if moved {
+                self.events.push_back(Event::PathRoamed(path_id, from));
+            }
+        }
+        let mut ping = false;
+        for frame in FrameReader::new(frames) {
+            match frame {
+                Ok(Frame::Data(d)) => {
+                    if !self.dedupe.check_and_set(d.data_seq) {
+                        self.counters.rx_duplicates += 1;
+                        continue;
+                    }
+                    if let Some((key, _)) = parse_flow(d.payload) {
+                        self.flows
+                            .learn(now, key, Policy::from_code(d.flags.policy_code()));
+                    }
+                    self.counters.rx_ip_packets += 1;
+                    self.reorder.insert(
+                        now,
+                        d.data_seq,
+                        d.payload.to_vec(),
+                        d.flags.ordered(),
+                        &mut self.deliver,
+                    );
+                }
+                Ok(Frame::Ack(a)) => {
+                    if let Some(s) = find_slot(&mut self.paths, PathId(a.path)) {
+                        let before = s.path.state();
+                        s.path.on_ack(now, &a);
+                        if s.path.state() != before {
+                            let st = s.path.state();
+                            self.events.push_back(Event::PathState(PathId(a.path), st));
+                        }
+                    }
+                }
+                Ok(Frame::Ping) => ping = true,
+                Ok(Frame::Close) => self.events.push_back(Event::Closed),
+                Err(_) => {
+                    self.counters.rx_malformed += 1;
+                    break;
+                }
+            }
+        }
+        if let Some(s) = self.slot_mut(path_id) {
+            s.path.on_received(now, hdr.path_seq, datagram_len, ping);
+        }
+    }
+
+    /// Reorder hold time: the spread of path RTTs (what a packet on the slow path lags a
+    /// packet on the fast one), plus margin, bounded.
+    pub fn reorder_hold(&self) -> Duration {
+        let usable = self
+            .paths
+            .iter()
+            .filter(|s| s.path.state() != PathState::Down);
+        let (mut lo, mut hi) = (Duration::MAX, Duration::ZERO);
+        for s in usable {
+            let r = s.path.rtt().smoothed();
+            lo = lo.min(r);
+            hi = hi.max(r + s.path.rtt().var());
+        }
+        let spread = hi.saturating_sub(lo);
+        (spread + Duration::from_millis(5))
+            .clamp(Duration::from_millis(5), Duration::from_millis(500))
+    }
+
+    /// Next IP packet for the local side.
+    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        self.deliver.pop_front()
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Earliest time `handle_timeout` has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut take = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        for s in &self.paths {
+            take(s.path.ack_deadline());
+            take(s.path.state_deadline());
+            if !s.ping_queued && self.keys.current.is_some() {
+                take(s.path.probe_deadline());
+            }
+        }
+        take(self.reorder.deadline(self.reorder_hold()));
+        t
+    }
+
+    /// Runs timers: liveness, ACKs, keepalive probes, reorder give-ups.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let keyed = self.keys.current.is_some();
+        for i in 0..self.paths.len() {
+            let s = &mut self.paths[i];
+            if let Some(st) = s.path.update_state(now) {
+                self.events.push_back(Event::PathState(s.path.id(), st));
+            }
+            if s.path.ack_deadline().is_some_and(|d| d <= now) {
+                self.jobs.push_back(Job::Ack { path: s.path.id() });
+            }
+            if keyed && !s.ping_queued && s.path.probe_deadline().is_some_and(|d| d <= now) {
+                s.ping_queued = true;
+                self.jobs.push_back(Job::Ping { path: s.path.id() });
+            }
+        }
+        let hold = self.reorder_hold();
+        self.reorder.on_timeout(now, hold, &mut self.deliver);
+        self.keys.expire_previous(now, Duration::from_secs(30));
+    }
+
+    /// Queues a CLOSE on every path (the driver then drains `poll_transmit`).
+    pub fn close(&mut self) {
+        for s in &self.paths {
+            self.jobs.push_back(Job::Close { path: s.path.id() });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! Building and sealing outgoing datagrams.
+//!
+//! A `Job` says what one datagram must carry on which path; `poll_transmit` turns the next
+//! job into a sealed datagram in the caller's buffer, piggybacking any ACK due on that path
+//! so feedback rarely costs a datagram of its own. The per-path sequence number is taken
+//! only when the datagram is actually built, so numbering has no holes that would read as
+//! loss.
+
+use super::Session;
+use crate::crypto::TAG_LEN;
+use crate::path::PathId;
+use crate::wire::{outer, DataFlags, DataFrame, FrameWriter, InnerHeader, DATA_HEADER_LEN};
+use crate::Instant;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// What one datagram must carry.
+#[derive(Debug, Clone)]
+pub(super) enum Job {
+    /// An IP packet.
+    Data {
+        path: PathId,
+        seq: u64,
+        flags: DataFlags,
+        packet: Arc<[u8]>,
+    },
+    /// Feedback only.
+    Ack { path: PathId },
+    /// Keepalive probe.
+    Ping { path: PathId },
+    /// Session end.
+    Close { path: PathId },
+}
+
+impl Job {
+    pub(super) fn path(&self) -> PathId {
+        match self {
+            Job::Data { path, .. }
+            | Job::Ack { path }
+            | Job::Ping { path }
+            | Job::Close { path } => *path,
+        }
+    }
+
+    pub(super) fn data_len(&self) -> Option<usize> {
+        match self {
+            Job::Data { packet, .. } => Some(packet.len()),
+            _ => None,
+        }
+    }
+}
+
+/// A datagram ready in the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The path (client: which link's socket to send it from).
+    pub path: PathId,
+    /// Destination address.
+    pub dst: SocketAddr,
+    /// Datagram length in the buffer.
+    pub len: usize,
+}
+
+impl Session {
+    /// Builds the next datagram into `buf`; `None` when there is nothing to send.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        loop {
+            self.schedule_aggregate(now);
+            let job = self.jobs.pop_front()?;
+            if let Some(t) = self.build(now, &job, buf) {
+                return Some(t);
+            }
+        }
+    }
+
+    /// Whether datagrams are waiting to be built.
+    pub fn has_pending_transmit(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    fn build(&mut self, now: Instant, job: &Job, buf: &mut [u8]) -> Option<Transmit> {
+        let path_id = job.path();
+        let idx = self.paths.iter().position(|s| s.path.id() == path_id)?;
+        let kp = self.keys.current.as_mut()?;
+        let slot = &mut self.paths[idx];
+        if matches!(job, Job::Ping { .. }) {
+            slot.ping_queued = false;
+        }
+        let body_end = buf.len().checked_sub(TAG_LEN)?;
+        let body = buf.get_mut(DATA_HEADER_LEN..body_end)?;
+        let mut w = FrameWriter::new(body);
+        // Inner header first; its path_seq is filled in below once the size is known.
+        w.inner_header(InnerHeader {
+            path_seq: 0,
+            send_time_us: 0,
+        })
+        .ok()?;
+        let ack = slot.path.take_ack(now, true);
+        if let Some(a) = &ack {
+            w.ack(a).ok()?;
+        }
+        match job {
+            Job::Data {
+                seq, flags, packet, ..
+            } => {
+                let frame = DataFrame {
+                    data_seq: *seq,
+                    flags: *flags,
+                    payload: packet,
+                };
+                if w.data(&frame).is_err() {
+                    self.counters.queue_drops += 1;
+                    return None;
+                }
+            }
+            Job::Ack { .. } if ack.is_none() => return None,
+            Job::Ack { .. } => {}
+            Job::Ping { .. } => w.ping().ok()?,
+            Job::Close { .. } => w.close().ok()?,
+        }
+        let plain_len = w.len();
+        let total = DATA_HEADER_LEN + plain_len + TAG_LEN;
+        let counter = kp.seal.next_counter().ok()?;
+        let path_seq = slot.path.on_sent(now, total);
+        InnerHeader {
+            path_seq,
+            send_time_us: now.as_micros() as u32,
+        }
+        .emit(&mut buf[DATA_HEADER_LEN..])
+        .ok()?;
+        outer::emit_data_header(buf, path_id.0, kp.remote_index, counter);
+        let (aad, rest) = buf.split_at_mut(DATA_HEADER_LEN);
+        kp.seal.seal(counter, aad, rest, plain_len).ok()?;
+        Some(Transmit {
+            path: path_id,
+            dst: slot.path.remote(),
+            len: total,
+        })
+    }
+}
