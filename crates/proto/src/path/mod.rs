@@ -291,7 +291,6 @@ impl Path {
         self.sent.insert(SentRecord {
             seq,
             time: now,
-            bytes: bytes as u32,
             cum_bytes: self.cum_sent_bytes,
             rate,
         });

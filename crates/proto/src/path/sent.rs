@@ -18,8 +18,6 @@ pub struct SentRecord {
     pub seq: u32,
     /// When it was sent.
     pub time: Instant,
-    /// Datagram size in bytes (UDP payload).
-    pub bytes: u32,
     /// Bytes sent on the path up to and including this datagram.
     pub cum_bytes: u64,
     /// Delivery-rate snapshot at send time.
@@ -68,10 +66,10 @@ mod tests {
         let mut r = SentRing::new();
         r.insert(SentRecord {
             seq: 5,
-            bytes: 10,
+            cum_bytes: 10,
             ..Default::default()
         });
-        assert_eq!(r.get(5).unwrap().bytes, 10);
+        assert_eq!(r.get(5).unwrap().cum_bytes, 10);
         assert!(r.get(6).is_none());
         r.insert(SentRecord {
             seq: 5 + CAP as u32,

@@ -1,5 +1,9 @@
 //! `best`: one path at a time — the lowest-RTT healthy one — with hysteresis.
 //!
+//! Paths are ranked by their *minimum* RTT, not the smoothed one: the smoothed RTT of
+//! the path in use grows with the queue our own traffic builds on it, and ranking by it
+//! would make the choice flap between links as each one fills up in turn.
+//!
 //! Failover: when the current path goes `Down` (no feedback within the detection time),
 //! traffic moves at once to the best remaining path. Failback / improvement: another path
 //! replaces a working current one only if it is clearly better (RTT at least 20 % and 2 ms
@@ -34,8 +38,8 @@ impl BestPath {
 }
 
 fn clearly_better(cand: &PathView, cur: &PathView) -> bool {
-    let c = cand.srtt.as_micros() as f64;
-    let k = cur.srtt.as_micros() as f64;
+    let c = cand.min_rtt.as_micros() as f64;
+    let k = cur.min_rtt.as_micros() as f64;
     c < k * 0.8 && k - c > 2000.0
 }
 
@@ -45,7 +49,7 @@ impl Scheduler for BestPath {
     }
 
     fn select(&mut self, now: Instant, paths: &[PathView], _len: usize) -> Selection {
-        let best = preferred(paths).min_by_key(|p| (p.srtt, p.id));
+        let best = preferred(paths).min_by_key(|p| (p.min_rtt, p.id));
         let Some(best) = best else {
             return Selection::AllPaths;
         };

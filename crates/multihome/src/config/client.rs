@@ -1,0 +1,329 @@
+//! Validation of `client.toml` into `ClientSettings`.
+
+use super::raw::{ClientFile, PolicySection};
+use super::{relative_to, ConfigError, Source};
+use ipnet::IpNet;
+use proto::crypto::PublicKey;
+use proto::policy::{Classifier, Policy, Rule};
+use proto::session::AggregateScheduler;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use toml::Spanned;
+
+/// One link of the client.
+#[derive(Debug, Clone)]
+pub struct LinkSettings {
+    /// Name shown in status.
+    pub name: String,
+    /// Interface the link's socket is bound to.
+    pub interface: String,
+    /// Line of the `interface` key (to report a missing interface).
+    pub interface_line: usize,
+    /// Server endpoint over this link.
+    pub server: SocketAddr,
+}
+
+/// Validated client settings.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Private key file.
+    pub private_key_file: PathBuf,
+    /// Byte offset of `private_key_file` (for key errors).
+    pub private_key_at: usize,
+    /// Server's public key.
+    pub server_public_key: PublicKey,
+    /// TUN device name.
+    pub tun_name: String,
+    /// Inner address.
+    pub tun_address: IpNet,
+    /// Prefixes routed into the tunnel.
+    pub routes: Vec<IpNet>,
+    /// Control socket path.
+    pub control_socket: PathBuf,
+    /// Prometheus listen address.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Dead-link detection time.
+    pub detect: Duration,
+    /// Failback hold of the `best` policy.
+    pub failback_hold: Duration,
+    /// TUN MTU.
+    pub mtu: u32,
+    /// Scheduler for `aggregate`.
+    pub aggregate: AggregateScheduler,
+    /// Links.
+    pub links: Vec<LinkSettings>,
+    /// Flow classifier.
+    pub classifier: Classifier,
+}
+
+/// Default control socket of the client.
+pub const DEFAULT_CLIENT_SOCKET: &str = "/run/multihome/client.sock";
+
+/// TUN MTU so that a full packet plus our overhead (78 bytes with a piggybacked ACK)
+/// plus an IPv6 + UDP header (48) fits a 1500-byte link MTU.
+pub const DEFAULT_MTU: u32 = 1500 - 48 - 78;
+
+pub(super) fn parse_addr(
+    src: &Source<'_>,
+    s: &Spanned<String>,
+    what: &str,
+) -> Result<SocketAddr, ConfigError> {
+    s.get_ref().parse().map_err(|_| {
+        src.err(
+            s.span().start,
+            format!("{what} `{}` is not an IP address with a port", s.get_ref()),
+            "write it as 192.0.2.1:7000 or [2001:db8::1]:7000",
+        )
+    })
+}
+
+pub(super) fn parse_net(
+    src: &Source<'_>,
+    s: &Spanned<String>,
+    what: &str,
+) -> Result<IpNet, ConfigError> {
+    s.get_ref().parse().map_err(|_| {
+        src.err(
+            s.span().start,
+            format!(
+                "{what} `{}` is not an address with a prefix length",
+                s.get_ref()
+            ),
+            "write it as 10.200.0.2/24 or 2001:db8::/64",
+        )
+    })
+}
+
+pub(super) fn parse_key(src: &Source<'_>, s: &Spanned<String>) -> Result<PublicKey, ConfigError> {
+    PublicKey::from_base64(s.get_ref()).map_err(|e| {
+        src.err(
+            s.span().start,
+            format!("public key is malformed: {e}"),
+            "paste the line printed by `multihome keygen` (44 base64 characters)",
+        )
+    })
+}
+
+pub(super) fn parse_policy(
+    src: &Source<'_>,
+    s: &Spanned<String>,
+    copies: Option<u8>,
+) -> Result<Policy, ConfigError> {
+    match s.get_ref().as_str() {
+        "best" => Ok(Policy::Best),
+        "redundant" => Ok(Policy::Redundant { copies }),
+        "aggregate" => Ok(Policy::Aggregate),
+        other => Err(src.err(
+            s.span().start,
+            format!("unknown policy `{other}`"),
+            "use one of: best, redundant, aggregate",
+        )),
+    }
+}
+
+pub(super) fn check_ifname(src: &Source<'_>, s: &Spanned<String>) -> Result<String, ConfigError> {
+    let n = s.get_ref();
+    if n.is_empty() || n.len() > 15 || n.contains(['/', ' ', '\t']) {
+        return Err(src.err(
+            s.span().start,
+            format!("`{n}` is not a valid interface name"),
+            "use 1 to 15 characters without '/' or spaces (see `ip link`)",
+        ));
+    }
+    Ok(n.clone())
+}
+
+pub(super) fn parse_detect(
+    src: &Source<'_>,
+    d: Option<&Spanned<u64>>,
+) -> Result<Duration, ConfigError> {
+    match d {
+        None => Ok(Duration::from_secs(1)),
+        Some(v) if (100..=60_000).contains(v.get_ref()) => Ok(Duration::from_millis(*v.get_ref())),
+        Some(v) => Err(src.err(
+            v.span().start,
+            format!("detect_ms = {} is out of range", v.get_ref()),
+            "use a value from 100 to 60000 milliseconds",
+        )),
+    }
+}
+
+pub(super) fn parse_mtu(src: &Source<'_>, m: Option<&Spanned<u32>>) -> Result<u32, ConfigError> {
+    match m {
+        None => Ok(DEFAULT_MTU),
+        Some(v) if (576..=9000).contains(v.get_ref()) => Ok(*v.get_ref()),
+        Some(v) => Err(src.err(
+            v.span().start,
+            format!("mtu = {} is out of range", v.get_ref()),
+            "use 576 to 9000",
+        )),
+    }
+}
+
+fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, ConfigError> {
+    let default = match &p.default {
+        Some(d) => parse_policy(src, d, None)?,
+        None => Policy::Best,
+    };
+    let mut rules = Vec::new();
+    for r in &p.rule {
+        let copies = r.copies.as_ref().map(|c| *c.get_ref());
+        if let Some(c) = &r.copies {
+            if *c.get_ref() == 0 {
+                return Err(src.err(
+                    c.span().start,
+                    "copies = 0",
+                    "use 1 or more, or omit for all links",
+                ));
+            }
+        }
+        let protocol = match r
+            .protocol
+            .as_ref()
+            .map(|p| (p.get_ref().as_str(), p.span().start))
+        {
+            None | Some(("any", _)) => None,
+            Some(("tcp", _)) => Some(6),
+            Some(("udp", _)) => Some(17),
+            Some(("icmp", _)) => Some(1),
+            Some((other, at)) => {
+                return Err(src.err(
+                    at,
+                    format!("unknown protocol `{other}`"),
+                    "use tcp, udp, icmp or any",
+                ))
+            }
+        };
+        let ports = match &r.ports {
+            None => None,
+            Some(s) => Some(parse_ports(s.get_ref()).ok_or_else(|| {
+                src.err(
+                    s.span().start,
+                    format!("bad port range `{}`", s.get_ref()),
+                    "write \"5060\" or \"5000-5999\" (low ≤ high)",
+                )
+            })?),
+        };
+        let dscp = match &r.dscp {
+            Some(d) if *d.get_ref() > 63 => {
+                return Err(src.err(
+                    d.span().start,
+                    "dscp above 63",
+                    "DSCP is 6 bits: use 0..=63 (EF is 46)",
+                ))
+            }
+            d => d.as_ref().map(|d| *d.get_ref()),
+        };
+        rules.push(Rule {
+            name: r.name.clone(),
+            protocol,
+            ports,
+            dscp,
+            policy: parse_policy(src, &r.policy, copies)?,
+        });
+    }
+    Ok(Classifier { rules, default })
+}
+
+fn parse_ports(s: &str) -> Option<(u16, u16)> {
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+        None => {
+            let p = s.trim().parse().ok()?;
+            (p, p)
+        }
+    };
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// Validates a parsed client file.
+pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
+    let f: ClientFile = src.parse()?;
+    let c = &f.client;
+    let default_server = c
+        .server
+        .as_ref()
+        .map(|s| parse_addr(src, s, "server"))
+        .transpose()?;
+    if f.link.is_empty() {
+        return Err(src.err_file(
+            "no [[link]] is configured",
+            "add a [[link]] with name and interface for each uplink",
+        ));
+    }
+    let mut links = Vec::new();
+    for l in &f.link {
+        let at = l.span().start;
+        let l = l.get_ref();
+        let server = match &l.server {
+            Some(s) => parse_addr(src, s, "server")?,
+            None => default_server.ok_or_else(|| {
+                src.err(
+                    at,
+                    format!("link `{}` has no server address", l.name),
+                    "set `server = \"IP:PORT\"` in [client] or in this [[link]]",
+                )
+            })?,
+        };
+        if links.iter().any(|x: &LinkSettings| x.name == l.name) {
+            return Err(src.err(
+                at,
+                format!("link name `{}` is used twice", l.name),
+                "give each [[link]] its own name",
+            ));
+        }
+        links.push(LinkSettings {
+            name: l.name.clone(),
+            interface: check_ifname(src, &l.interface)?,
+            interface_line: src.err(l.interface.span().start, "", "").line,
+            server,
+        });
+    }
+    if links.len() > 16 {
+        return Err(src.err_file("more than 16 links", "use at most 16 [[link]] sections"));
+    }
+    let aggregate = match c
+        .aggregate_scheduler
+        .as_ref()
+        .map(|s| (s.get_ref().as_str(), s.span().start))
+    {
+        None | Some(("earliest", _)) => AggregateScheduler::Earliest,
+        Some(("weighted", _)) => AggregateScheduler::Weighted,
+        Some((o, at)) => {
+            return Err(src.err(
+                at,
+                format!("unknown scheduler `{o}`"),
+                "use earliest or weighted",
+            ))
+        }
+    };
+    Ok(ClientSettings {
+        private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
+        private_key_at: c.private_key_file.span().start,
+        server_public_key: parse_key(src, &c.server_public_key)?,
+        tun_name: check_ifname(src, &c.tun_name)?,
+        tun_address: parse_net(src, &c.tun_address, "tun_address")?,
+        routes: c
+            .routes
+            .iter()
+            .map(|r| parse_net(src, r, "route"))
+            .collect::<Result<_, _>>()?,
+        control_socket: c
+            .control_socket
+            .as_deref()
+            .unwrap_or(DEFAULT_CLIENT_SOCKET)
+            .into(),
+        metrics_listen: c
+            .metrics_listen
+            .as_ref()
+            .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        detect: parse_detect(src, c.detect_ms.as_ref())?,
+        failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),
+        mtu: parse_mtu(src, c.mtu.as_ref())?,
+        aggregate,
+        links,
+        classifier: parse_classifier(src, &f.policy)?,
+    })
+}

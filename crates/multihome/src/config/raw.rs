@@ -1,0 +1,100 @@
+//! The TOML schema exactly as written in files (serde types with spans), before
+//! validation. `deny_unknown_fields` everywhere: a misspelt key is an error.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `client.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    pub client: ClientSection,
+    #[serde(default)]
+    pub link: Vec<Spanned<LinkSection>>,
+    #[serde(default)]
+    pub policy: PolicySection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    pub private_key_file: Spanned<String>,
+    pub server_public_key: Spanned<String>,
+    pub server: Option<Spanned<String>>,
+    #[serde(default = "default_tun")]
+    pub tun_name: Spanned<String>,
+    pub tun_address: Spanned<String>,
+    #[serde(default)]
+    pub routes: Vec<Spanned<String>>,
+    pub control_socket: Option<String>,
+    pub metrics_listen: Option<Spanned<String>>,
+    pub detect_ms: Option<Spanned<u64>>,
+    pub failback_hold_ms: Option<u64>,
+    pub mtu: Option<Spanned<u32>>,
+    pub aggregate_scheduler: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSection {
+    pub name: String,
+    pub interface: Spanned<String>,
+    pub server: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    pub default: Option<Spanned<String>>,
+    #[serde(default)]
+    pub rule: Vec<RuleSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSection {
+    pub name: String,
+    pub protocol: Option<Spanned<String>>,
+    pub ports: Option<Spanned<String>>,
+    pub dscp: Option<Spanned<u8>>,
+    pub policy: Spanned<String>,
+    pub copies: Option<Spanned<u8>>,
+}
+
+/// `server.toml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerFile {
+    pub server: ServerSection,
+    #[serde(default)]
+    pub peer: Vec<Spanned<PeerSection>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Spanned<String>,
+    pub private_key_file: Spanned<String>,
+    #[serde(default = "default_tun")]
+    pub tun_name: Spanned<String>,
+    pub tun_address: Spanned<String>,
+    pub uplink: Option<Spanned<String>>,
+    pub control_socket: Option<String>,
+    pub metrics_listen: Option<Spanned<String>>,
+    pub detect_ms: Option<Spanned<u64>>,
+    pub mtu: Option<Spanned<u32>>,
+    pub default_policy: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerSection {
+    pub name: String,
+    pub public_key: Spanned<String>,
+    #[serde(default)]
+    pub allowed_ips: Vec<Spanned<String>>,
+}
+
+fn default_tun() -> Spanned<String> {
+    Spanned::new(0..0, "mh0".to_string())
+}

@@ -1,0 +1,126 @@
+//! Validation of `server.toml` into `ServerSettings`.
+
+use super::client::{
+    check_ifname, parse_addr, parse_detect, parse_key, parse_mtu, parse_net, parse_policy,
+};
+use super::raw::ServerFile;
+use super::{relative_to, ConfigError, Source};
+use ipnet::IpNet;
+use proto::crypto::PublicKey;
+use proto::policy::Policy;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One allowed client.
+#[derive(Debug, Clone)]
+pub struct PeerSettings {
+    /// Name.
+    pub name: String,
+    /// Its public key.
+    pub public_key: PublicKey,
+    /// Inner prefixes routed to it.
+    pub allowed_ips: Vec<IpNet>,
+}
+
+/// Validated server settings.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// UDP listen address.
+    pub listen: SocketAddr,
+    /// Private key file.
+    pub private_key_file: PathBuf,
+    /// Byte offset of `private_key_file`.
+    pub private_key_at: usize,
+    /// TUN name.
+    pub tun_name: String,
+    /// Inner address.
+    pub tun_address: IpNet,
+    /// NAT uplink interface, and the line of its key.
+    pub uplink: Option<(String, usize)>,
+    /// Control socket.
+    pub control_socket: PathBuf,
+    /// Prometheus listen address.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Detection time.
+    pub detect: Duration,
+    /// TUN MTU.
+    pub mtu: u32,
+    /// Policy for downstream flows not yet seen from the client.
+    pub default_policy: Policy,
+    /// Allowed clients.
+    pub peers: Vec<PeerSettings>,
+}
+
+/// Default control socket of the server.
+pub const DEFAULT_SERVER_SOCKET: &str = "/run/multihome/server.sock";
+
+/// Validates a parsed server file.
+pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
+    let f: ServerFile = src.parse()?;
+    let s = &f.server;
+    let mut peers: Vec<PeerSettings> = Vec::new();
+    for p in &f.peer {
+        let at = p.span().start;
+        let p = p.get_ref();
+        let key = parse_key(src, &p.public_key)?;
+        if peers.iter().any(|q| q.public_key == key) {
+            return Err(src.err(
+                at,
+                format!("peer `{}` repeats another peer's key", p.name),
+                "each [[peer]] needs its own key",
+            ));
+        }
+        if p.allowed_ips.is_empty() {
+            return Err(src.err(
+                at,
+                format!("peer `{}` has no allowed_ips", p.name),
+                "list at least the client's tunnel address, e.g. [\"10.200.0.2/32\"]",
+            ));
+        }
+        peers.push(PeerSettings {
+            name: p.name.clone(),
+            public_key: key,
+            allowed_ips: p
+                .allowed_ips
+                .iter()
+                .map(|a| parse_net(src, a, "allowed_ips entry"))
+                .collect::<Result<_, _>>()?,
+        });
+    }
+    if peers.is_empty() {
+        return Err(src.err_file(
+            "no [[peer]] is configured",
+            "add a [[peer]] with name, public_key and allowed_ips per client",
+        ));
+    }
+    let uplink = match &s.uplink {
+        Some(u) => Some((check_ifname(src, u)?, src.err(u.span().start, "", "").line)),
+        None => None,
+    };
+    Ok(ServerSettings {
+        listen: parse_addr(src, &s.listen, "listen")?,
+        private_key_file: relative_to(src.path, s.private_key_file.get_ref()),
+        private_key_at: s.private_key_file.span().start,
+        tun_name: check_ifname(src, &s.tun_name)?,
+        tun_address: parse_net(src, &s.tun_address, "tun_address")?,
+        uplink,
+        control_socket: s
+            .control_socket
+            .as_deref()
+            .unwrap_or(DEFAULT_SERVER_SOCKET)
+            .into(),
+        metrics_listen: s
+            .metrics_listen
+            .as_ref()
+            .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        detect: parse_detect(src, s.detect_ms.as_ref())?,
+        mtu: parse_mtu(src, s.mtu.as_ref())?,
+        default_policy: match &s.default_policy {
+            Some(p) => parse_policy(src, p, None)?,
+            None => Policy::Best,
+        },
+        peers,
+    })
+}

@@ -1,0 +1,106 @@
+//! Config tests: valid files parse; each kind of mistake names the right line and a fix.
+
+use super::*;
+use std::path::Path;
+
+const KEY: &str = "q5ZGxSCEYQ8aaUULUyOJXWKGjS6gtBg8GK62rzCGk0Q=";
+
+fn client_src(extra_client: &str, links: &str) -> String {
+    format!(
+        "[client]\nprivate_key_file = \"c.key\"\nserver_public_key = \"{KEY}\"\n{extra_client}tun_address = \"10.200.0.2/24\"\nroutes = [\"10.50.0.0/24\"]\n\n{links}"
+    )
+}
+
+const LINKS: &str = "[[link]]\nname = \"dsl\"\ninterface = \"veth0\"\n\n[[link]]\nname = \"lte\"\ninterface = \"veth1\"\nserver = \"10.0.2.1:7000\"\n";
+
+fn client(text: &str) -> Result<ClientSettings, ConfigError> {
+    client::validate(&Source {
+        path: Path::new("/etc/mh/client.toml"),
+        text,
+    })
+}
+
+#[test]
+fn valid_client() {
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS)
+        + "[policy]\ndefault = \"aggregate\"\n[[policy.rule]]\nname = \"voip\"\nprotocol = \"udp\"\nports = \"5000-5999\"\npolicy = \"redundant\"\ncopies = 2\n";
+    let c = client(&t).unwrap();
+    assert_eq!(c.links.len(), 2);
+    assert_eq!(c.links[1].server, "10.0.2.1:7000".parse().unwrap());
+    assert_eq!(c.private_key_file, Path::new("/etc/mh/c.key"));
+    assert_eq!(c.classifier.rules[0].ports, Some((5000, 5999)));
+    assert_eq!(c.links[0].interface_line, 10);
+}
+
+#[test]
+fn unknown_key_names_line() {
+    let t = client_src("server = \"10.0.1.1:7000\"\ntun_adress = \"x\"\n", LINKS);
+    let e = client(&t).unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.to_string().contains("client.toml:5"), "{e}");
+    assert!(e.message.contains("unknown field"), "{e}");
+}
+
+#[test]
+fn malformed_key_names_line() {
+    let t = client_src("", LINKS).replace(KEY, "not-a-key");
+    let e = client(&t).unwrap_err();
+    assert_eq!(e.line, 3);
+    assert!(e.fix.contains("keygen"));
+}
+
+#[test]
+fn missing_server_is_explained() {
+    let e = client(&client_src("", LINKS)).unwrap_err();
+    assert!(e.message.contains("no server address"), "{e}");
+    assert!(e.fix.contains("server"), "{e}");
+}
+
+#[test]
+fn bad_values_are_located() {
+    let bad_policy =
+        client_src("server = \"10.0.1.1:7000\"\n", LINKS) + "[policy]\ndefault = \"fastest\"\n";
+    let e = client(&bad_policy).unwrap_err();
+    assert!(e.message.contains("unknown policy"), "{e}");
+    assert_eq!(e.line, 16);
+    let bad_if = client_src(
+        "server = \"10.0.1.1:7000\"\n",
+        &LINKS.replace("veth0", "a/b"),
+    );
+    assert!(client(&bad_if)
+        .unwrap_err()
+        .message
+        .contains("interface name"));
+    let no_links = client_src("server = \"10.0.1.1:7000\"\n", "");
+    assert!(client(&no_links)
+        .unwrap_err()
+        .message
+        .contains("no [[link]]"));
+    let syntax = "[client\nx=1";
+    assert_eq!(client(syntax).unwrap_err().line, 1);
+}
+
+#[test]
+fn server_config() {
+    let t = format!(
+        "[server]\nlisten = \"0.0.0.0:7000\"\nprivate_key_file = \"/k\"\ntun_address = \"10.200.0.1/24\"\nuplink = \"eth0\"\n\n[[peer]]\nname = \"home\"\npublic_key = \"{KEY}\"\nallowed_ips = [\"10.200.0.2/32\", \"192.168.50.0/24\"]\n"
+    );
+    let s = server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &t,
+    })
+    .unwrap();
+    assert_eq!(s.peers[0].allowed_ips.len(), 2);
+    assert_eq!(s.uplink, Some(("eth0".into(), 5)));
+    let no_ips = t.replace(
+        "allowed_ips = [\"10.200.0.2/32\", \"192.168.50.0/24\"]\n",
+        "",
+    );
+    let e = server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &no_ips,
+    })
+    .unwrap_err();
+    assert!(e.message.contains("allowed_ips"), "{e}");
+    assert_eq!(e.line, 7);
+}

@@ -1,0 +1,261 @@
+//! `multihome client`: TUN device + one UDP socket per link, driving `proto::Client`.
+//!
+//! Links are watched with netlink: a link whose interface goes down is marked unavailable
+//! at once (failover does not wait for the detection timer), and one that comes up — or
+//! appears later — is (re)bound and used without a restart.
+
+use super::{block_on, drain, register, setup_tun, shutdown_signal, write_tun, Clock, BUF_BYTES};
+use crate::config::{self, ClientSettings, ConfigError, Source};
+use crate::control::ControlSocket;
+use anyhow::{Context, Result};
+use mhio::netlink::{LinkEvent, LinkWatcher};
+use mhio::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
+use proto::endpoint::{Client, ClientConfig};
+use proto::path::PathId;
+use proto::session::SessionConfig;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::task::Poll;
+use tokio::io::unix::AsyncFd;
+
+struct LinkRt {
+    name: String,
+    interface: String,
+    server: SocketAddr,
+    sock: Option<AsyncFd<LinkSocket>>,
+}
+
+impl LinkRt {
+    fn bind(&mut self) {
+        let local: SocketAddr = if self.server.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal")
+        } else {
+            "[::]:0".parse().expect("literal")
+        };
+        self.sock = match LinkSocket::bind(Some(&self.interface), local)
+            .map_err(anyhow::Error::from)
+            .and_then(register)
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(link = %self.name, "cannot bind a socket on {}: {e:#}", self.interface);
+                None
+            }
+        };
+    }
+}
+
+/// Loads and checks the config, then runs until SIGINT/SIGTERM.
+pub fn run(path: &Path) -> Result<()> {
+    let text = config::read_file(path)?;
+    let src = Source { path, text: &text };
+    let s = config::client::validate(&src)?;
+    let key = config::read_private_key(&src, s.private_key_at, &s.private_key_file)?;
+    for l in &s.links {
+        if mhio::netlink::link_index(&l.interface).is_err() {
+            return Err(ConfigError {
+                file: path.to_path_buf(),
+                line: l.interface_line,
+                message: format!(
+                    "link `{}`: interface `{}` does not exist",
+                    l.name, l.interface
+                ),
+                fix: "use a name shown by `ip link`, or create the interface before starting"
+                    .into(),
+            }
+            .into());
+        }
+    }
+    block_on(run_loop(s, key))
+}
+
+async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result<()> {
+    let clock = Clock::new();
+    let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
+    for r in &s.routes {
+        if r.prefix_len() == 0 && r.addr().is_ipv4() {
+            // A default route would capture the tunnel's own datagrams on hosts that do not
+            // bind links to devices; two /1 routes override the default without replacing it.
+            for half in ["0.0.0.0/1", "128.0.0.0/1"] {
+                mhio::netlink::add_route(half.parse()?, &s.tun_name)?;
+            }
+        } else {
+            mhio::netlink::add_route(*r, &s.tun_name)
+                .with_context(|| format!("routing {r} into {}", s.tun_name))?;
+        }
+    }
+    let mut core = Client::new(
+        ClientConfig {
+            local_key: key,
+            server_key: s.server_public_key,
+            session: SessionConfig {
+                detect: s.detect,
+                failback_hold: s.failback_hold,
+                aggregate: s.aggregate,
+                ..SessionConfig::default()
+            },
+            classifier: s.classifier.clone(),
+            epoch_us: clock.epoch_us,
+        },
+        clock.epoch_us,
+    );
+    let mut links: Vec<LinkRt> = s
+        .links
+        .iter()
+        .map(|l| LinkRt {
+            name: l.name.clone(),
+            interface: l.interface.clone(),
+            server: l.server,
+            sock: None,
+        })
+        .collect();
+    for (i, l) in links.iter_mut().enumerate() {
+        l.bind();
+        core.add_link(clock.now(), PathId(i as u8), l.server);
+        let up = mhio::netlink::link_is_up(&l.interface).unwrap_or(false) && l.sock.is_some();
+        core.set_link_available(clock.now(), PathId(i as u8), up);
+        tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, "link configured");
+    }
+    let names: Vec<String> = links.iter().map(|l| l.name.clone()).collect();
+    let mut watcher = register(LinkWatcher::new().context("opening netlink")?)?;
+    let control = ControlSocket::bind(&s.control_socket)?;
+    let metrics = match s.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("metrics_listen {a}"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
+    let mut buf = vec![0u8; BUF_BYTES];
+    let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
+    let mut events = Vec::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut was_established = false;
+    loop {
+        flush(&clock, &mut core, &mut links, &tun, &mut buf);
+        if core.is_established() != was_established {
+            was_established = core.is_established();
+            tracing::info!(established = was_established, "session");
+        }
+        let sleep = tokio::time::sleep_until(clock.deadline(core.poll_timeout()));
+        let link_ready = std::future::poll_fn(|cx| {
+            for (i, l) in links.iter().enumerate() {
+                if let Some(sock) = &l.sock {
+                    if let Poll::Ready(Ok(g)) = sock.poll_read_ready(cx) {
+                        return Poll::Ready((i, g));
+                    }
+                }
+            }
+            Poll::Pending
+        });
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = sleep => core.handle_timeout(clock.now()),
+            g = tun.readable() => {
+                let mut g = g?;
+                let mut pkt = vec![0u8; BUF_BYTES];
+                drain(&mut g, |t| {
+                    let n = t.recv(&mut pkt)?;
+                    core.handle_tun_packet(clock.now(), &pkt[..n]);
+                    Ok(())
+                });
+            }
+            (i, mut g) = link_ready => {
+                drain(&mut g, |sock| {
+                    let n = sock.recv_batch(&mut rbufs)?;
+                    let now = clock.now();
+                    for rb in &mut rbufs[..n] {
+                        let from = rb.source();
+                        core.handle_datagram(now, PathId(i as u8), from, rb.packet_mut());
+                    }
+                    Ok(())
+                });
+            }
+            g = watcher.readable_mut() => {
+                let mut g = g?;
+                events.clear();
+                // poll_events drains until "would block", so readiness can be cleared.
+                if let Err(e) = g.get_inner_mut().poll_events(&mut events) {
+                    tracing::debug!("netlink: {e}");
+                }
+                g.clear_ready();
+                on_link_events(&clock, &mut core, &mut links, &events);
+            }
+            c = control.accept() => {
+                if let Ok(stream) = c {
+                    let doc = crate::status::client_status(&core, &names);
+                    crate::control::reply(stream, doc.to_string());
+                }
+            }
+            m = async { metrics.as_ref().expect("guarded").accept().await }, if metrics.is_some() => {
+                if let Ok((stream, _)) = m {
+                    crate::metrics::reply(stream, crate::metrics::render(&crate::status::client_status(&core, &names)));
+                }
+            }
+        }
+    }
+    tracing::info!("shutting down");
+    core.close();
+    flush(&clock, &mut core, &mut links, &tun, &mut buf);
+    Ok(())
+}
+
+fn on_link_events(clock: &Clock, core: &mut Client, links: &mut [LinkRt], events: &[LinkEvent]) {
+    for e in events {
+        let (name, up) = match e {
+            LinkEvent::Up { name, .. } => (name, true),
+            LinkEvent::Down { name, .. } => (name, false),
+            _ => continue,
+        };
+        for (i, l) in links
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, l)| &l.interface == name)
+        {
+            if up && l.sock.is_none() {
+                l.bind();
+            }
+            let usable = up && l.sock.is_some();
+            tracing::info!(link = %l.name, interface = %name, up = usable, "link changed");
+            core.set_link_available(clock.now(), PathId(i as u8), usable);
+        }
+    }
+}
+
+/// Sends everything the core has queued and delivers everything it has received.
+fn flush(
+    clock: &Clock,
+    core: &mut Client,
+    links: &mut [LinkRt],
+    tun: &AsyncFd<mhio::tun::Tun>,
+    buf: &mut [u8],
+) {
+    let now = clock.now();
+    while let Some(t) = core.poll_transmit(now, buf) {
+        let i = t.path.0 as usize;
+        let Some(link) = links.get_mut(i) else {
+            continue;
+        };
+        let Some(sock) = &link.sock else { continue };
+        if let Err(e) = sock.get_ref().send_to(&buf[..t.len], t.dst) {
+            match classify(&e) {
+                ErrorClass::WouldBlock | ErrorClass::NoBuffers => {}
+                ErrorClass::DeviceGone => {
+                    tracing::warn!(link = %link.name, "interface vanished");
+                    link.sock = None;
+                    core.set_link_available(now, t.path, false);
+                }
+                _ => tracing::debug!(link = %link.name, "send: {e}"),
+            }
+        }
+    }
+    while let Some(p) = core.poll_deliver() {
+        write_tun(tun, &p);
+    }
+    while let Some(e) = core.poll_event() {
+        tracing::info!(event = ?e, "session event");
+    }
+}

@@ -1,0 +1,120 @@
+//! The daemons: a tokio current-thread runtime that owns the sans-IO core and feeds it
+//! from the TUN device, the UDP sockets, timers, netlink and the control socket.
+//!
+//! One thread owns the core, so it needs no locks; every fd is nonblocking and wrapped in
+//! `AsyncFd`; reads are drained in batches until the kernel says "would block"; after every
+//! wake-up the loop flushes what the core wants to send and deliver. Nothing here decides
+//! anything about scheduling — that is all in `proto`.
+
+pub mod client;
+pub mod server;
+
+use anyhow::{Context, Result};
+use mhio::tun::Tun;
+use proto::Instant;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
+use tokio::io::Interest;
+
+/// Largest datagram we build or accept.
+pub const BUF_BYTES: usize = 65_536;
+/// Most packets read from one fd per wake-up, so one busy fd cannot starve the others.
+pub const READ_BUDGET: usize = 256;
+
+/// Maps the monotonic clock to the core's `Instant` (µs since start).
+pub struct Clock {
+    start: std::time::Instant,
+    tokio_start: tokio::time::Instant,
+    /// Wall-clock µs at start (handshake timestamps).
+    pub epoch_us: u64,
+}
+
+impl Clock {
+    /// Starts the clock now.
+    pub fn new() -> Self {
+        Clock {
+            start: std::time::Instant::now(),
+            tokio_start: tokio::time::Instant::now(),
+            epoch_us: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_micros() as u64)
+                .unwrap_or(0),
+        }
+    }
+
+    /// The core's current time.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(self.start.elapsed().as_micros() as u64)
+    }
+
+    /// A core deadline as a tokio instant (far future when there is none).
+    pub fn deadline(&self, t: Option<Instant>) -> tokio::time::Instant {
+        match t {
+            Some(t) => self.tokio_start + Duration::from_micros(t.as_micros()),
+            None => tokio::time::Instant::now() + Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Registers a readable fd with the runtime.
+pub fn register<T: std::os::fd::AsRawFd>(inner: T) -> Result<AsyncFd<T>> {
+    // SAFETY: every type registered here (Tun, LinkSocket, LinkWatcher) owns its fd and
+    // closes it only in its own Drop, which runs after the AsyncFd deregisters it — the
+    // contract `register` requires (see the io crate's docs on each type).
+    unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("registering fd with the runtime: {}", e.into_parts().1))
+}
+
+/// Creates the TUN device with its address.
+pub fn setup_tun(name: &str, mtu: u32, addr: ipnet::IpNet) -> Result<AsyncFd<Tun>> {
+    let tun = Tun::create(name, mtu).with_context(|| format!("creating TUN device {name}"))?;
+    tun.set_address(addr)
+        .with_context(|| format!("setting {addr} on {name}"))?;
+    register(tun)
+}
+
+/// Reads from a ready fd with `read` until the kernel says "would block" (which clears
+/// the readiness, so the next wait blocks) or the budget is spent (readiness stays set, so
+/// the loop comes back at once after serving the other fds).
+pub fn drain<T: std::os::fd::AsRawFd>(
+    guard: &mut AsyncFdReadyGuard<'_, T>,
+    mut read: impl FnMut(&T) -> std::io::Result<()>,
+) {
+    for _ in 0..READ_BUDGET {
+        match guard.try_io(|inner| read(inner.get_ref())) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!("read error: {e}");
+                break;
+            }
+            Err(_would_block) => break,
+        }
+    }
+}
+
+/// Writes a packet to the TUN device (a full TUN queue drops it; TCP recovers).
+pub fn write_tun(tun: &AsyncFd<Tun>, pkt: &[u8]) {
+    if let Err(e) = tun.get_ref().send(pkt) {
+        tracing::debug!("writing to the TUN device: {e}");
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Builds the current-thread runtime and runs `fut` on a LocalSet.
+pub fn block_on<F: std::future::Future<Output = Result<()>>>(fut: F) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    tokio::task::LocalSet::new().block_on(&rt, fut)
+}

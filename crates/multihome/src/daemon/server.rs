@@ -1,0 +1,152 @@
+//! `multihome server`: one UDP socket for all clients, a TUN device, NAT to the uplink,
+//! driving `proto::Server`.
+
+use super::{block_on, drain, register, setup_tun, shutdown_signal, write_tun, Clock, BUF_BYTES};
+use crate::config::{self, ConfigError, ServerSettings, Source};
+use crate::control::ControlSocket;
+use anyhow::{Context, Result};
+use mhio::udp::{LinkSocket, RecvBuf};
+use proto::endpoint::{PeerConfig, Server, ServerConfig};
+use proto::session::SessionConfig;
+use std::path::Path;
+
+/// Loads and checks the config, then runs until SIGINT/SIGTERM.
+pub fn run(path: &Path) -> Result<()> {
+    let text = config::read_file(path)?;
+    let src = Source { path, text: &text };
+    let s = config::server::validate(&src)?;
+    let key = config::read_private_key(&src, s.private_key_at, &s.private_key_file)?;
+    if let Some((up, line)) = &s.uplink {
+        if mhio::netlink::link_index(up).is_err() {
+            return Err(ConfigError {
+                file: path.to_path_buf(),
+                line: *line,
+                message: format!("uplink interface `{up}` does not exist"),
+                fix: "use a name shown by `ip link`, or remove `uplink` to disable NAT".into(),
+            }
+            .into());
+        }
+    }
+    block_on(run_loop(s, key))
+}
+
+async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result<()> {
+    let clock = Clock::new();
+    let sock = register(
+        LinkSocket::bind(None, s.listen).with_context(|| format!("listening on {}", s.listen))?,
+    )?;
+    let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
+    let tun_net = s.tun_address.trunc();
+    for p in &s.peers {
+        for net in &p.allowed_ips {
+            if !tun_net.contains(net) {
+                mhio::netlink::add_route(*net, &s.tun_name).with_context(|| {
+                    format!("routing {net} (peer {}) into {}", p.name, s.tun_name)
+                })?;
+            }
+        }
+    }
+    let _nat = match &s.uplink {
+        Some((up, _)) => Some(
+            mhio::nat::Masquerade::install("multihome", up, &s.tun_name)
+                .with_context(|| format!("installing NAT out of {up}"))?,
+        ),
+        None => None,
+    };
+    let mut core = Server::new(
+        ServerConfig {
+            local_key: key,
+            peers: s
+                .peers
+                .iter()
+                .map(|p| PeerConfig {
+                    name: p.name.clone(),
+                    public_key: p.public_key,
+                    allowed_ips: p.allowed_ips.clone(),
+                })
+                .collect(),
+            session: SessionConfig {
+                detect: s.detect,
+                ..SessionConfig::default()
+            },
+            default_policy: s.default_policy,
+        },
+        clock.epoch_us,
+    );
+    let control = ControlSocket::bind(&s.control_socket)?;
+    let metrics = match s.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("metrics_listen {a}"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
+    let mut buf = vec![0u8; BUF_BYTES];
+    let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        flush(&clock, &mut core, &sock, &tun, &mut buf);
+        let sleep = tokio::time::sleep_until(clock.deadline(core.poll_timeout()));
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = sleep => core.handle_timeout(clock.now()),
+            g = tun.readable() => {
+                let mut g = g?;
+                let mut pkt = vec![0u8; BUF_BYTES];
+                drain(&mut g, |t| {
+                    let n = t.recv(&mut pkt)?;
+                    core.handle_tun_packet(clock.now(), &pkt[..n]);
+                    Ok(())
+                });
+            }
+            g = sock.readable() => {
+                let mut g = g?;
+                drain(&mut g, |sock| {
+                    let n = sock.recv_batch(&mut rbufs)?;
+                    let now = clock.now();
+                    for rb in &mut rbufs[..n] {
+                        let from = rb.source();
+                        core.handle_datagram(now, from, rb.packet_mut());
+                    }
+                    Ok(())
+                });
+            }
+            c = control.accept() => {
+                if let Ok(stream) = c {
+                    crate::control::reply(stream, crate::status::server_status(&core).to_string());
+                }
+            }
+            m = async { metrics.as_ref().expect("guarded").accept().await }, if metrics.is_some() => {
+                if let Ok((stream, _)) = m {
+                    crate::metrics::reply(stream, crate::metrics::render(&crate::status::server_status(&core)));
+                }
+            }
+        }
+    }
+    tracing::info!("shutting down (removing NAT)");
+    Ok(())
+}
+
+fn flush(
+    clock: &Clock,
+    core: &mut Server,
+    sock: &tokio::io::unix::AsyncFd<LinkSocket>,
+    tun: &tokio::io::unix::AsyncFd<mhio::tun::Tun>,
+    buf: &mut [u8],
+) {
+    let now = clock.now();
+    while let Some(t) = core.poll_transmit(now, buf) {
+        if let Err(e) = sock.get_ref().send_to(&buf[..t.len], t.dst) {
+            tracing::debug!("send to {}: {e}", t.dst);
+        }
+    }
+    while let Some(p) = core.poll_deliver() {
+        write_tun(tun, &p);
+    }
+    while let Some((peer, e)) = core.poll_event() {
+        tracing::info!(peer, event = ?e, "session event");
+    }
+}

@@ -1,0 +1,91 @@
+//! `multihome`: the command-line entry point (keygen, client, server, status).
+
+mod config;
+mod control;
+mod daemon;
+mod keyfile;
+mod metrics;
+mod status;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Use all of a host's internet links at once.
+#[derive(Parser)]
+#[command(name = "multihome", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate a key pair: private key to FILE (mode 0600), public key on stdout.
+    Keygen {
+        /// Where to write the private key.
+        #[arg(long)]
+        private_key_file: PathBuf,
+    },
+    /// Print the public key of an existing private key file.
+    Pubkey {
+        /// The private key file.
+        #[arg(long)]
+        private_key_file: PathBuf,
+    },
+    /// Run the client: a TUN device whose traffic goes over every configured link.
+    Client {
+        /// Path of client.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run the server: the aggregation point for many clients.
+    Server {
+        /// Path of server.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Show sessions and links of a running client or server.
+    Status {
+        /// Control socket (default: the client's, else the server's).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("multihome: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Keygen { private_key_file } => {
+            let public = keyfile::generate(&private_key_file)?;
+            println!("{}", public.to_base64());
+            Ok(())
+        }
+        Cmd::Pubkey { private_key_file } => {
+            println!(
+                "{}",
+                keyfile::read(&private_key_file)?.public_key().to_base64()
+            );
+            Ok(())
+        }
+        Cmd::Client { config } => daemon::client::run(&config),
+        Cmd::Server { config } => daemon::server::run(&config),
+        Cmd::Status { socket, json } => status::query(socket, json),
+    }
+}

@@ -1,0 +1,178 @@
+//! Status: the JSON document served on the control socket, and the `status` command that
+//! fetches it and prints it as JSON or as a table.
+
+use anyhow::{Context, Result};
+use proto::endpoint::{Client, EndpointCounters, Server};
+use proto::path::PathId;
+use proto::session::Session;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
+    let sc = s.map(|s| s.counters()).unwrap_or_default();
+    json!({
+        "rx_garbage": c.rx_garbage,
+        "rx_unknown_index": c.rx_unknown_index,
+        "rx_unknown_peer": c.rx_unknown_peer,
+        "rx_handshake_failed": c.rx_handshake_failed,
+        "rx_handshake_replayed": c.rx_handshake_replayed,
+        "rx_unauthenticated": sc.rx_unauthenticated,
+        "rx_replayed": sc.rx_replayed,
+        "rx_malformed": sc.rx_malformed,
+        "rx_duplicates": sc.rx_duplicates,
+        "rx_spoofed": c.rx_spoofed,
+        "handshakes": c.handshakes,
+        "tx_no_route": c.tx_no_route,
+        "queue_drops": sc.queue_drops,
+        "no_key_drops": sc.no_key_drops,
+    })
+}
+
+/// One session's paths.
+pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
+    let total: u64 = s.paths().map(|p| p.counters().tx_bytes).sum();
+    let links: Vec<Value> = s
+        .paths()
+        .map(|p| {
+            let v = p.view();
+            let c = p.counters();
+            json!({
+                "id": p.id().0,
+                "name": name_of(p.id()),
+                "state": p.state().as_str(),
+                "remote": p.remote().to_string(),
+                "srtt_ms": v.srtt.as_secs_f64() * 1e3,
+                "min_rtt_ms": v.min_rtt.as_secs_f64() * 1e3,
+                "loss": v.loss,
+                "delivery_rate_bps": v.bandwidth_bps * 8.0,
+                "inflight_bytes": v.inflight_bytes,
+                "cwnd_bytes": v.cwnd_bytes,
+                "tx_bytes": c.tx_bytes,
+                "rx_bytes": c.rx_bytes,
+                "tx_packets": c.tx_packets,
+                "rx_packets": c.rx_packets,
+                "share": if total > 0 { c.tx_bytes as f64 / total as f64 } else { 0.0 },
+            })
+        })
+        .collect();
+    let r = s.reorder_stats();
+    let sc = s.counters();
+    json!({
+        "session_id": s.id().to_string(),
+        "tx_ip_packets": sc.tx_ip_packets,
+        "rx_ip_packets": sc.rx_ip_packets,
+        "reorder": {"held": r.held, "skipped_gaps": r.skipped_gaps, "late": r.late,
+                    "mean_occupancy": if r.inserts > 0 { r.occupancy_sum as f64 / r.inserts as f64 } else { 0.0 },
+                    "max_held": r.max_held},
+        "links": links,
+    })
+}
+
+/// The client's status document.
+pub fn client_status(c: &Client, names: &[String]) -> Value {
+    let name_of = |id: PathId| {
+        names
+            .get(id.0 as usize)
+            .cloned()
+            .unwrap_or_else(|| id.0.to_string())
+    };
+    let mut session = session_json(c.session(), &name_of);
+    session["peer"] = json!("server");
+    session["established"] = json!(c.is_established());
+    json!({
+        "role": "client",
+        "counters": counters_json(&c.counters(), Some(c.session())),
+        "sessions": [session],
+    })
+}
+
+/// The server's status document.
+pub fn server_status(s: &Server) -> Value {
+    let mut counters = counters_json(&s.counters(), None);
+    let mut sessions = Vec::new();
+    for p in s.peers() {
+        let Some(sess) = p.session else { continue };
+        for (k, v) in counters_json(&EndpointCounters::default(), Some(sess))
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(a), Some(b)) = (counters[k].as_u64(), v.as_u64()) {
+                counters[k] = json!(a + b);
+            }
+        }
+        let mut j = session_json(sess, &|id| id.0.to_string());
+        j["peer"] = json!(p.config.name);
+        j["established"] = json!(true);
+        sessions.push(j);
+    }
+    json!({"role": "server", "counters": counters, "sessions": sessions})
+}
+
+/// Fetches the status document from a control socket.
+pub fn fetch(socket: &PathBuf) -> Result<Value> {
+    let mut s = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connecting to {} (is the daemon running? try --socket)",
+            socket.display()
+        )
+    })?;
+    s.write_all(b"status\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    serde_json::from_str(&text).context("the daemon's reply is not JSON")
+}
+
+/// `multihome status`.
+pub fn query(socket: Option<PathBuf>, as_json: bool) -> Result<()> {
+    let socket = socket.unwrap_or_else(|| {
+        let c = PathBuf::from(crate::config::client_default_socket());
+        if c.exists() {
+            c
+        } else {
+            PathBuf::from(crate::config::server_default_socket())
+        }
+    });
+    let v = fetch(&socket)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("role: {}", v["role"].as_str().unwrap_or("?"));
+    for s in v["sessions"].as_array().into_iter().flatten() {
+        println!(
+            "session {} peer {} established {}",
+            s["session_id"], s["peer"], s["established"]
+        );
+        println!(
+            "  {:<10} {:<8} {:>9} {:>9} {:>7} {:>12} {:>12} {:>12} {:>6}",
+            "link",
+            "state",
+            "srtt_ms",
+            "min_ms",
+            "loss%",
+            "rate_Mbit/s",
+            "tx_bytes",
+            "rx_bytes",
+            "share"
+        );
+        for l in s["links"].as_array().into_iter().flatten() {
+            println!(
+                "  {:<10} {:<8} {:>9.2} {:>9.2} {:>7.2} {:>12.2} {:>12} {:>12} {:>5.0}%",
+                l["name"].as_str().unwrap_or("?"),
+                l["state"].as_str().unwrap_or("?"),
+                l["srtt_ms"].as_f64().unwrap_or(0.0),
+                l["min_rtt_ms"].as_f64().unwrap_or(0.0),
+                l["loss"].as_f64().unwrap_or(0.0) * 100.0,
+                l["delivery_rate_bps"].as_f64().unwrap_or(0.0) / 1e6,
+                l["tx_bytes"],
+                l["rx_bytes"],
+                l["share"].as_f64().unwrap_or(0.0) * 100.0
+            );
+        }
+    }
+    println!("counters: {}", v["counters"]);
+    Ok(())
+}
