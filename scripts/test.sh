@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test suite, as CI runs it: format and lint checks, Rust unit/property/netns tests,
+# a short fuzzing pass over every parser, and the end-to-end lab tests in network
+# namespaces. Run as root on Debian 12. Exits non-zero on the first failing stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:/root/.cargo/bin:$PATH"
+
+stage() { printf '\n===== %s =====\n' "$*"; }
+
+stage "setup"
+bash scripts/setup.sh
+
+stage "format and lint"
+cargo fmt --all -- --check
+cargo clippy -q --all-targets --release -- -D warnings
+.venv/bin/ruff format --check lab
+.venv/bin/ruff check lab
+
+stage "rust tests (unit, property, namespace integration)"
+cargo test -q --release --workspace
+
+if [ -x fuzz/run-all.sh ]; then
+    stage "fuzz (short pass over every parser)"
+    fuzz/run-all.sh "${FUZZ_SECONDS:-20}"
+fi
+
+stage "end-to-end lab tests (network namespaces)"
+.venv/bin/python -m pytest -q lab/tests
