@@ -43,7 +43,7 @@ fn unknown_key_names_line() {
 
 #[test]
 fn malformed_key_names_line() {
-    let t = client_src("", LINKS).replace(KEY, "not-a-key");
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS).replace(KEY, "not-a-key");
     let e = client(&t).unwrap_err();
     assert_eq!(e.line, 3);
     assert!(e.fix.contains("keygen"));
@@ -62,7 +62,7 @@ fn bad_values_are_located() {
         client_src("server = \"10.0.1.1:7000\"\n", LINKS) + "[policy]\ndefault = \"fastest\"\n";
     let e = client(&bad_policy).unwrap_err();
     assert!(e.message.contains("unknown policy"), "{e}");
-    assert_eq!(e.line, 16);
+    assert_eq!(e.line, 17);
     let bad_if = client_src(
         "server = \"10.0.1.1:7000\"\n",
         &LINKS.replace("veth0", "a/b"),

@@ -4,7 +4,10 @@
 //! at once (failover does not wait for the detection timer), and one that comes up — or
 //! appears later — is (re)bound and used without a restart.
 
-use super::{block_on, drain, register, setup_tun, shutdown_signal, write_tun, Clock, BUF_BYTES};
+use super::{
+    block_on, drain, read_tun, register, setup_tun, shutdown_signal, write_tun, Clock, TxBatch,
+    BUF_BYTES,
+};
 use crate::config::{self, ClientSettings, ConfigError, Source};
 use crate::control::ControlSocket;
 use anyhow::{Context, Result};
@@ -128,14 +131,16 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
         None => None,
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
-    let mut buf = vec![0u8; BUF_BYTES];
+    let mut batch = TxBatch::new();
+    let mut frame = vec![0u8; BUF_BYTES + mhio::tun::VNET_HDR_LEN];
+    let mut scratch = Vec::new();
     let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
     let mut events = Vec::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let mut was_established = false;
     loop {
-        flush(&clock, &mut core, &mut links, &tun, &mut buf);
+        flush(&clock, &mut core, &mut links, &tun, &mut batch);
         if core.is_established() != was_established {
             was_established = core.is_established();
             tracing::info!(established = was_established, "session");
@@ -156,11 +161,9 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
             _ = sleep => core.handle_timeout(clock.now()),
             g = tun.readable() => {
                 let mut g = g?;
-                let mut pkt = vec![0u8; BUF_BYTES];
                 drain(&mut g, |t| {
-                    let n = t.recv(&mut pkt)?;
-                    core.handle_tun_packet(clock.now(), &pkt[..n]);
-                    Ok(())
+                    let now = clock.now();
+                    read_tun(t, &mut frame, &mut scratch, |p| core.handle_tun_packet(now, p))
                 });
             }
             (i, mut g) = link_ready => {
@@ -199,7 +202,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     }
     tracing::info!("shutting down");
     core.close();
-    flush(&clock, &mut core, &mut links, &tun, &mut buf);
+    flush(&clock, &mut core, &mut links, &tun, &mut batch);
     Ok(())
 }
 
@@ -225,31 +228,33 @@ fn on_link_events(clock: &Clock, core: &mut Client, links: &mut [LinkRt], events
     }
 }
 
-/// Sends everything the core has queued and delivers everything it has received.
+/// Sends everything the core has queued (batched per link socket) and delivers
+/// everything it has received.
 fn flush(
     clock: &Clock,
     core: &mut Client,
     links: &mut [LinkRt],
     tun: &AsyncFd<mhio::tun::Tun>,
-    buf: &mut [u8],
+    batch: &mut TxBatch,
 ) {
     let now = clock.now();
-    while let Some(t) = core.poll_transmit(now, buf) {
-        let i = t.path.0 as usize;
-        let Some(link) = links.get_mut(i) else {
-            continue;
+    let mut gone = Vec::new();
+    loop {
+        let Some(buf) = batch.next_buf() else { break };
+        let Some(t) = core.poll_transmit(now, buf) else {
+            break;
         };
-        let Some(sock) = &link.sock else { continue };
-        if let Err(e) = sock.get_ref().send_to(&buf[..t.len], t.dst) {
-            match classify(&e) {
-                ErrorClass::WouldBlock | ErrorClass::NoBuffers => {}
-                ErrorClass::DeviceGone => {
-                    tracing::warn!(link = %link.name, "interface vanished");
-                    link.sock = None;
-                    core.set_link_available(now, t.path, false);
-                }
-                _ => tracing::debug!(link = %link.name, "send: {e}"),
-            }
+        batch.push(t.path.0 as usize, t.dst, t.len);
+        if batch.is_full() {
+            send_batch(batch, links, &mut gone);
+        }
+    }
+    send_batch(batch, links, &mut gone);
+    for i in gone {
+        if let Some(link) = links.get_mut(i) {
+            tracing::warn!(link = %link.name, "interface vanished");
+            link.sock = None;
+            core.set_link_available(now, PathId(i as u8), false);
         }
     }
     while let Some(p) = core.poll_deliver() {
@@ -258,4 +263,20 @@ fn flush(
     while let Some(e) = core.poll_event() {
         tracing::info!(event = ?e, "session event");
     }
+}
+
+fn send_batch(batch: &mut TxBatch, links: &[LinkRt], gone: &mut Vec<usize>) {
+    batch.send(
+        |i| {
+            links
+                .get(i)
+                .and_then(|l| l.sock.as_ref())
+                .map(|s| s.get_ref())
+        },
+        |i, e| match classify(&e) {
+            ErrorClass::DeviceGone => gone.push(i),
+            ErrorClass::WouldBlock | ErrorClass::NoBuffers => {}
+            _ => tracing::debug!(link = i, "send: {e}"),
+        },
+    );
 }

@@ -1,7 +1,10 @@
 //! `multihome server`: one UDP socket for all clients, a TUN device, NAT to the uplink,
 //! driving `proto::Server`.
 
-use super::{block_on, drain, register, setup_tun, shutdown_signal, write_tun, Clock, BUF_BYTES};
+use super::{
+    block_on, drain, read_tun, register, setup_tun, shutdown_signal, write_tun, Clock, TxBatch,
+    BUF_BYTES,
+};
 use crate::config::{self, ConfigError, ServerSettings, Source};
 use crate::control::ControlSocket;
 use anyhow::{Context, Result};
@@ -9,6 +12,7 @@ use mhio::udp::{LinkSocket, RecvBuf};
 use proto::endpoint::{PeerConfig, Server, ServerConfig};
 use proto::session::SessionConfig;
 use std::path::Path;
+use tokio::io::unix::AsyncFd;
 
 /// Loads and checks the config, then runs until SIGINT/SIGTERM.
 pub fn run(path: &Path) -> Result<()> {
@@ -83,23 +87,23 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
         None => None,
     };
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
-    let mut buf = vec![0u8; BUF_BYTES];
+    let mut batch = TxBatch::new();
+    let mut frame = vec![0u8; BUF_BYTES + mhio::tun::VNET_HDR_LEN];
+    let mut scratch = Vec::new();
     let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
-        flush(&clock, &mut core, &sock, &tun, &mut buf);
+        flush(&clock, &mut core, &sock, &tun, &mut batch);
         let sleep = tokio::time::sleep_until(clock.deadline(core.poll_timeout()));
         tokio::select! {
             _ = &mut shutdown => break,
             _ = sleep => core.handle_timeout(clock.now()),
             g = tun.readable() => {
                 let mut g = g?;
-                let mut pkt = vec![0u8; BUF_BYTES];
                 drain(&mut g, |t| {
-                    let n = t.recv(&mut pkt)?;
-                    core.handle_tun_packet(clock.now(), &pkt[..n]);
-                    Ok(())
+                    let now = clock.now();
+                    read_tun(t, &mut frame, &mut scratch, |p| core.handle_tun_packet(now, p))
                 });
             }
             g = sock.readable() => {
@@ -133,16 +137,28 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
 fn flush(
     clock: &Clock,
     core: &mut Server,
-    sock: &tokio::io::unix::AsyncFd<LinkSocket>,
-    tun: &tokio::io::unix::AsyncFd<mhio::tun::Tun>,
-    buf: &mut [u8],
+    sock: &AsyncFd<LinkSocket>,
+    tun: &AsyncFd<mhio::tun::Tun>,
+    batch: &mut TxBatch,
 ) {
     let now = clock.now();
-    while let Some(t) = core.poll_transmit(now, buf) {
-        if let Err(e) = sock.get_ref().send_to(&buf[..t.len], t.dst) {
-            tracing::debug!("send to {}: {e}", t.dst);
+    let send = |b: &mut TxBatch| {
+        b.send(
+            |_| Some(sock.get_ref()),
+            |_, e| tracing::debug!("send: {e}"),
+        );
+    };
+    loop {
+        let Some(buf) = batch.next_buf() else { break };
+        let Some(t) = core.poll_transmit(now, buf) else {
+            break;
+        };
+        batch.push(0, t.dst, t.len);
+        if batch.is_full() {
+            send(batch);
         }
     }
+    send(batch);
     while let Some(p) = core.poll_deliver() {
         write_tun(tun, &p);
     }

@@ -1,0 +1,89 @@
+//! Delivery under each policy, redundancy under random loss, and determinism of the whole
+//! pair for a given seed.
+
+use super::*;
+use crate::path::PathState;
+
+/// Establishes, then sends `count` packets each way, one every `gap_ms`; runs 2 s more.
+fn stream(pair: &mut Pair, count: u32, gap_ms: u64, size: usize) {
+    pair.establish();
+    pair.traffic(
+        count,
+        Duration::from_millis(gap_ms),
+        size,
+        (true, true),
+        Duration::from_secs(2),
+        |_, _| {},
+    );
+}
+
+#[test]
+fn handshake_and_delivery_both_ways() {
+    for policy in [
+        Policy::Best,
+        Policy::Aggregate,
+        Policy::Redundant { copies: None },
+    ] {
+        let mut p = Pair::new(
+            vec![Link::new(10, None), Link::new(30, None)],
+            policy,
+            None,
+            1,
+        );
+        stream(&mut p, 1000, 2, 800);
+        assert_eq!(
+            numbers(&p.delivered_up),
+            (0..1000).collect::<Vec<_>>(),
+            "{policy:?} up"
+        );
+        let down = assert_intact_unique(&p.delivered_down, false, 800, "down");
+        assert_eq!(down, (0..1000).collect::<Vec<_>>(), "{policy:?} down");
+        assert_intact_unique(&p.delivered_up, true, 800, "up");
+        let links = p
+            .client
+            .session()
+            .paths()
+            .filter(|x| x.state() == PathState::Up)
+            .count();
+        assert_eq!(links, 2, "{policy:?}: both paths up");
+    }
+}
+
+#[test]
+fn redundant_masks_random_loss_without_duplicates() {
+    let mut a = Link::new(10, None);
+    a.loss = 0.2;
+    let mut b = Link::new(25, None);
+    b.loss = 0.2;
+    let mut p = Pair::new(vec![a, b], Policy::Redundant { copies: None }, None, 7);
+    stream(&mut p, 2000, 20, 200);
+    let got = assert_intact_unique(&p.delivered_up, true, 200, "up");
+    // One copy per link would leave 0.2 × 0.2 = 4 % lost; the adaptive extra copies
+    // bring the expectation to 0.16 %: the bound is the 1 %.
+    let loss = 1.0 - got.len() as f64 / 2000.0;
+    assert!(loss <= 0.01, "loss {loss}");
+    assert!(p.server_session().counters().rx_duplicates > 1000);
+}
+
+/// One lossy, rate-limited aggregate run; returns what each side delivered, with times.
+fn lossy_run(seed: u64) -> (Vec<(Instant, Vec<u8>)>, Vec<(Instant, Vec<u8>)>) {
+    let mut a = Link::new(10, Some(20.0));
+    a.loss = 0.05;
+    let mut b = Link::new(25, Some(5.0));
+    b.loss = 0.05;
+    let mut p = Pair::new(vec![a, b], Policy::Aggregate, None, seed);
+    stream(&mut p, 600, 2, 1000);
+    (p.delivered_up, p.delivered_down)
+}
+
+/// Everything the core decides (handshake randomness, schedulers, timers) depends only
+/// on the seeds and the inputs, so the simulator and regression tests can replay a run.
+#[test]
+fn same_seed_same_run() {
+    let first = lossy_run(3);
+    let again = lossy_run(3);
+    assert!(first.0.len() > 500 && first.1.len() > 500, "run too lossy");
+    assert!(first == again, "same seed, different deliveries or times");
+    // The comparison can fail: another seed loses other packets.
+    assert!(lossy_run(4) != first, "different seeds gave identical runs");
+}

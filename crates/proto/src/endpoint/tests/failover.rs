@@ -1,0 +1,169 @@
+//! Path failure and change: `best` failover and failback with hysteresis, and roaming of
+//! the client's address on one link.
+
+use super::*;
+use crate::path::{PathConfig, PathState};
+
+const GAP: Duration = Duration::from_millis(10);
+const SIZE: usize = 500;
+
+fn first_event_after(events: &[(Instant, Event)], after: Instant, want: &Event) -> Instant {
+    events
+        .iter()
+        .find(|(t, e)| *t >= after && e == want)
+        .unwrap_or_else(|| panic!("no {want:?} after {after:?}"))
+        .0
+}
+
+/// First data datagram handed to link `path` in the given direction at or after `after`.
+fn first_data_on(p: &Pair, to_server: bool, path: u8, after: Instant) -> Instant {
+    p.sent
+        .iter()
+        .find(|s| {
+            s.to_server == to_server && s.path == path && s.len >= DATA_MIN_LEN && s.at >= after
+        })
+        .unwrap_or_else(|| panic!("no data on path {path} after {after:?}"))
+        .at
+}
+
+/// Last data datagram handed to link `path` in the given direction.
+fn last_data_on(p: &Pair, to_server: bool, path: u8) -> Instant {
+    p.sent
+        .iter()
+        .rev()
+        .find(|s| s.to_server == to_server && s.path == path && s.len >= DATA_MIN_LEN)
+        .map_or(Instant::ZERO, |s| s.at)
+}
+
+/// Link 0 (RTT 20 ms) is blackholed both ways from 5 s to 10 s while packets flow every
+/// 10 ms each way over `best`; link 1 has RTT 60 ms.
+#[test]
+fn best_fails_over_within_detect_and_fails_back_after_hold() {
+    let cfg = session_cfg();
+    let probe = PathConfig::from_detect(cfg.detect).probe_interval;
+    let (cut, heal) = (Pair::at(5_000), Pair::at(10_000));
+    let mut p = Pair::new(
+        vec![Link::new(10, None), Link::new(30, None)],
+        Policy::Best,
+        None,
+        11,
+    );
+    p.establish();
+    let t0 = p.now;
+    let count = ((Pair::at(16_000).saturating_since(t0)).as_millis() / 10) as u32;
+    p.traffic(count, GAP, SIZE, (true, true), Duration::from_secs(1), |p, _| {
+        if p.now >= cut && p.now < heal && !p.up[0].blackhole {
+            p.set_blackhole(0, true);
+        }
+        if p.now >= heal && p.up[0].blackhole {
+            p.set_blackhole(0, false);
+        }
+    });
+
+    // Detection: the oldest unacknowledged datagram on path 0 was sent at most one probe
+    // interval after the cut (there is data every 10 ms, so in fact ~at the cut), and the
+    // path is Down exactly `detect` later. No slack needed beyond 1 ms of rounding.
+    let down = first_event_after(
+        &p.client_events,
+        cut,
+        &Event::PathState(PathId(0), PathState::Down),
+    );
+    let detect_time = down.saturating_since(cut);
+    // Measured: 0.980 s (the last datagram whose ACK was lost left at 4.98 s).
+    assert!(
+        detect_time <= cfg.detect + probe + Duration::from_millis(1),
+        "client path 0 down after {detect_time:?}"
+    );
+    // Not declared dead early: its feedback could legitimately be one RTT (20 ms) late.
+    assert!(detect_time + Duration::from_millis(20) >= cfg.detect);
+
+    // Delivery: the packets lost are those sent into the hole before `best` left path 0
+    // (it leaves at Suspect); the longest gap is at most detect plus the time for the
+    // first packet on path 1 to be sent (one 10 ms gap) and to cross it (30 ms).
+    let bound = cfg.detect + GAP + Duration::from_millis(30);
+    for (d, up) in [(&p.delivered_up, true), (&p.delivered_down, false)] {
+        let got = assert_intact_unique(d, up, SIZE, "failover");
+        let gap = longest_gap(d);
+        // Measured: 0.373 s up and down.
+        assert!(gap <= bound, "up={up}: longest gap {gap:?}");
+        for n in (0..count).filter(|n| got.binary_search(n).is_err()) {
+            let sent_at = t0 + GAP * n;
+            assert!(
+                sent_at + Duration::from_millis(10) >= cut && sent_at <= cut + cfg.detect,
+                "up={up}: packet {n} sent at {sent_at:?} lost outside the outage"
+            );
+        }
+    }
+
+    // Failback: path 0 is probed during the outage, so it is Up within one probe
+    // interval (+ its RTT) of healing; data moves back to it only once it has been Up
+    // for `failback_hold`, at the first packet after that (packets every 10 ms).
+    for (events, to_server) in [(&p.client_events, true), (&p.server_events, false)] {
+        let up0 = first_event_after(events, heal, &Event::PathState(PathId(0), PathState::Up));
+        assert!(up0.saturating_since(heal) <= probe + Duration::from_millis(20 + 1));
+        let back = first_data_on(&p, to_server, 0, heal);
+        let held = back.saturating_since(up0);
+        // Measured: 3.000–3.010 s.
+        assert!(
+            held >= cfg.failback_hold && held <= cfg.failback_hold + GAP,
+            "to_server={to_server}: failback after {held:?} up"
+        );
+        // And it stays there: path 1 carries no data once path 0 is back.
+        assert!(last_data_on(&p, to_server, 1) < back);
+    }
+}
+
+/// The client's source address on link 0 changes mid-stream (NAT rebinding, new DHCP
+/// lease): the server follows on the first authenticated datagram from the new address.
+#[test]
+fn roaming_client_is_followed() {
+    let mut p = Pair::new(
+        vec![Link::new(10, None), Link::new(30, None)],
+        Policy::Best,
+        None,
+        12,
+    );
+    p.establish();
+    let new_addr: SocketAddr = "10.0.0.77:6000".parse().unwrap();
+    let mut moved_at = Instant::ZERO;
+    p.traffic(600, GAP, SIZE, (true, true), Duration::from_secs(1), |p, n| {
+        if n == 300 {
+            p.client_addrs[0] = new_addr;
+            moved_at = p.now;
+        }
+    });
+    let roamed: Vec<_> = p
+        .server_events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::PathRoamed(..)))
+        .collect();
+    assert_eq!(roamed.len(), 1, "{roamed:?}");
+    let (t_roam, ev) = roamed[0];
+    assert_eq!(ev, &Event::PathRoamed(PathId(0), new_addr));
+    // The next upstream packet (≤ 10 ms later) crosses link 0 in 10 ms. Measured: 10 ms.
+    assert!(t_roam.saturating_since(moved_at) <= GAP + Duration::from_millis(10));
+    let remote = p
+        .server_session()
+        .paths()
+        .find(|x| x.id() == PathId(0))
+        .unwrap()
+        .remote();
+    assert_eq!(remote, new_addr);
+
+    // Upstream loses nothing; downstream loses exactly the data datagrams that reached
+    // the old address: in flight at the move, or sent before the server learned of it.
+    assert_eq!(numbers(&p.delivered_up), (0..600).collect::<Vec<_>>());
+    let got = assert_intact_unique(&p.delivered_down, false, SIZE, "down");
+    let lost = 600 - got.len();
+    let stale: Vec<_> = p
+        .misaddressed
+        .iter()
+        .filter(|(_, len)| *len >= DATA_MIN_LEN)
+        .collect();
+    assert_eq!(lost, stale.len(), "downstream loss not explained by the move");
+    assert!(stale
+        .iter()
+        .all(|(t, _)| *t >= moved_at && *t <= *t_roam + Duration::from_millis(10)));
+    // Measured: 2 packets (one in flight, one sent before the server saw the move).
+    assert!(lost <= 3, "lost {lost}");
+}

@@ -1,0 +1,190 @@
+//! Hostile input: a client with a key the server does not know, and random, truncated
+//! and replayed datagrams injected at the server during a stream. Each refusal must be
+//! counted in the right counter and change nothing a user can see.
+
+use super::*;
+use crate::crypto::TAG_LEN;
+use crate::session::SessionCounters;
+use crate::wire::{DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN};
+
+#[test]
+fn unknown_client_key_gets_no_answer() {
+    let stranger = StaticSecret::from_bytes([99; 32]);
+    let mut p = Pair::new(
+        vec![Link::new(10, None), Link::new(30, None)],
+        Policy::Best,
+        Some(stranger),
+        5,
+    );
+    p.run_until(Pair::at(5_500));
+    p.client.handle_tun_packet(p.now, &packet(true, 0, 300));
+    p.run_until(Pair::at(6_000));
+    assert!(!p.client.is_established());
+    let inits = p.sent.iter().filter(|s| s.to_server).count() as u64;
+    // One attempt per HANDSHAKE_RETRY on each of the 2 links over 6 s: at 0, 1, …, 5 s.
+    assert_eq!(inits, 12, "client attempts");
+    let c = p.server.counters();
+    assert_eq!(c.rx_unknown_peer, inits, "every initiation refused as unknown");
+    assert_eq!(c.handshakes, 0);
+    assert!(p.server.peers().all(|x| x.session.is_none()));
+    assert!(p.sent.iter().all(|s| s.to_server), "server answered");
+    assert!(p.delivered_up.is_empty());
+}
+
+/// Which counter the server must increment for an injected datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Refusal {
+    Garbage,
+    UnknownIndex,
+    HandshakeFailed,
+    HandshakeReplayed,
+    Unauthenticated,
+    Replayed,
+}
+
+/// Expected refusal of random bytes, from the layout in `docs/PROTOCOL.md` §2 (an
+/// independent model of the outer parser, not a call into it).
+fn expected(b: &[u8], live_index: u32) -> Refusal {
+    let Some(&t) = b.first() else {
+        return Refusal::Garbage;
+    };
+    let reserved_ok = b.len() >= 4 && b[2] == 0 && b[3] == 0;
+    match t {
+        1 if b.len() == HANDSHAKE_INIT_LEN && reserved_ok => Refusal::HandshakeFailed,
+        3 if b.len() >= DATA_HEADER_LEN + TAG_LEN && reserved_ok => {
+            let index = u32::from_be_bytes(b[4..8].try_into().unwrap());
+            if index == live_index {
+                Refusal::Unauthenticated
+            } else {
+                Refusal::UnknownIndex
+            }
+        }
+        _ => Refusal::Garbage,
+    }
+}
+
+/// Random datagrams shaped enough like ours to reach every stage of the parser: the type
+/// byte and reserved field are often valid, the lengths often the handshake sizes.
+fn random_datagram(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let len = match rng.next_u32() % 8 {
+        0 => HANDSHAKE_INIT_LEN,
+        1 => HANDSHAKE_RESP_LEN,
+        _ => (rng.next_u32() % 1500) as usize,
+    };
+    let mut b = vec![0u8; len];
+    rng.fill_bytes(&mut b);
+    if len >= 4 && rng.next_u32() % 4 != 0 {
+        b[0] = 1 + (rng.next_u32() % 3) as u8;
+        b[2..4].fill(0);
+    }
+    b
+}
+
+fn counts(p: &Pair) -> (EndpointCounters, SessionCounters) {
+    (p.server.counters(), p.server_session().counters())
+}
+
+#[test]
+fn injected_garbage_is_counted_and_harmless() {
+    const COUNT: u32 = 1000;
+    const SIZE: usize = 400;
+    let mut p = Pair::new(
+        vec![Link::new(10, None), Link::new(30, None)],
+        Policy::Best,
+        None,
+        21,
+    );
+    p.capture_up = true;
+    p.establish();
+    let init = p.captured_up[0].1.clone();
+    assert_eq!(init.len(), HANDSHAKE_INIT_LEN);
+    let live_index = p.client.session().keys.current.as_ref().unwrap().remote_index;
+    let (ep0, s0) = counts(&p);
+    let attacker: SocketAddr = "192.0.2.66:666".parse().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(0x6a4b);
+    let mut want: std::collections::BTreeMap<Refusal, u64> = Default::default();
+    let mut injected = 0u64;
+    p.traffic(
+        COUNT,
+        Duration::from_millis(5),
+        SIZE,
+        (true, true),
+        Duration::from_secs(1),
+        |p, n| {
+            let now = p.now;
+            // Real datagrams sent at least 100 ms ago have been processed (RTT ≤ 60 ms).
+            let old: Vec<usize> = (0..p.captured_up.len())
+                .filter(|&i| {
+                    let (t, b) = &p.captured_up[i];
+                    now.saturating_since(*t) >= Duration::from_millis(100) && b[0] == 3
+                })
+                .collect();
+            let mut add = |p: &mut Pair, b: Vec<u8>, r: Refusal| {
+                *want.entry(r).or_default() += 1;
+                injected += 1;
+                p.inject(now, attacker, b);
+            };
+            for _ in 0..2 {
+                let b = random_datagram(&mut rng);
+                let r = expected(&b, live_index);
+                add(p, b, r);
+            }
+            if n % 100 == 0 {
+                add(p, init.clone(), Refusal::HandshakeReplayed);
+                let cut = (rng.next_u32() as usize) % init.len();
+                add(p, init[..cut].to_vec(), Refusal::Garbage);
+            }
+            if !old.is_empty() {
+                let i = old[rng.next_u32() as usize % old.len()];
+                let real = p.captured_up[i].1.clone();
+                add(p, real.clone(), Refusal::Replayed);
+                let cut = (rng.next_u32() as usize) % real.len();
+                let r = if cut < DATA_HEADER_LEN + TAG_LEN {
+                    Refusal::Garbage
+                } else {
+                    Refusal::Unauthenticated
+                };
+                add(p, real[..cut].to_vec(), r);
+            }
+            // Keep the capture short: only the recent past is replayed.
+            p.captured_up
+                .retain(|(t, _)| now.saturating_since(*t) < Duration::from_secs(2));
+        },
+    );
+    let (ep, s) = counts(&p);
+    let got = [
+        (Refusal::Garbage, ep.rx_garbage - ep0.rx_garbage),
+        (
+            Refusal::UnknownIndex,
+            ep.rx_unknown_index - ep0.rx_unknown_index,
+        ),
+        (
+            Refusal::HandshakeFailed,
+            ep.rx_handshake_failed - ep0.rx_handshake_failed,
+        ),
+        (
+            Refusal::HandshakeReplayed,
+            ep.rx_handshake_replayed - ep0.rx_handshake_replayed,
+        ),
+        (
+            Refusal::Unauthenticated,
+            s.rx_unauthenticated - s0.rx_unauthenticated,
+        ),
+        (Refusal::Replayed, s.rx_replayed - s0.rx_replayed),
+    ];
+    for (r, n) in got {
+        assert_eq!(n, want.get(&r).copied().unwrap_or(0), "{r:?}: {want:?}");
+    }
+    // Every category was exercised (so the exact counts above mean something).
+    assert_eq!(want.len(), 6, "{want:?}");
+    assert_eq!(got.iter().map(|g| g.1).sum::<u64>(), injected);
+    assert_eq!(s.rx_malformed, s0.rx_malformed);
+    assert_eq!(ep.handshakes, ep0.handshakes, "garbage made a handshake");
+    // The user sees the stream exactly as sent, once, in order; nothing followed the
+    // attacker's address.
+    assert_eq!(numbers(&p.delivered_up), (0..COUNT).collect::<Vec<_>>());
+    assert_intact_unique(&p.delivered_up, true, SIZE, "up");
+    assert_eq!(numbers(&p.delivered_down), (0..COUNT).collect::<Vec<_>>());
+    assert!(p.server_events.iter().all(|(_, e)| !matches!(e, Event::PathRoamed(..))));
+    assert!(p.server_session().paths().all(|x| x.remote() != attacker));
+}

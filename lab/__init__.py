@@ -1,0 +1,1 @@
+"""multihome lab: network-namespace topologies, end-to-end tests, benchmarks and the demo."""

@@ -1,0 +1,43 @@
+"""Where experiment results go and which revision produced them.
+
+Role: name result files after the git revision and write them as JSON under bench/results/.
+Invariant: a result file always records the revision and whether the tree was dirty, so a
+number can be traced to the code that produced it (DESIGN.md §4).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from lab.netns import REPO_ROOT
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+def git_revision() -> tuple[str, bool]:
+    """``(short revision or "norev", dirty)`` of the work tree."""
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    name = rev.stdout.strip() if rev.returncode == 0 else "norev"
+    return name, bool(status.stdout.strip())
+
+
+def write_result(kind: str, data: dict) -> Path:
+    """Write ``bench/results/<kind>-<rev>.json`` with revision metadata; return the path."""
+    rev, dirty = git_revision()
+    data = {"revision": rev, "dirty": dirty, "timestamp": time.time(), **data}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{kind}-{rev}.json"
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path

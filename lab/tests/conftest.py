@@ -1,0 +1,61 @@
+"""Fixtures for the lab tests: root check, a per-test :class:`Lab`, the multihome binary.
+
+Invariants: every test that touches the network gets a fresh :class:`Lab` whose namespaces and
+processes are gone after the test, pass or fail; on failure the daemon and tool logs are
+attached to the report. Tests never skip for lack of root or binary — CI must run them — so a
+missing binary is built with ``cargo build --release -p multihome`` once per session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.netns import REPO_ROOT, Lab
+from lab.topology import multihome_binary
+
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the lab tests need root (network namespaces, tc, nftables); run with sudo")
+
+
+@pytest.fixture(scope="session")
+def multihome_bin(root: None) -> Path:
+    """The release binary; built once if it is missing."""
+    path = multihome_binary()
+    if not path.exists():
+        res = subprocess.run(
+            ["cargo", "build", "--release", "-p", "multihome"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+        )
+        if res.returncode != 0 or not path.exists():
+            pytest.fail(f"cargo build --release -p multihome failed:\n{res.stderr[-4000:]}")
+    return path
+
+
+@pytest.fixture
+def lab(root: None, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    with Lab() as the_lab:
+        request.node.lab = the_lab
+        yield the_lab
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # noqa: ANN201
+    """On failure, attach the tail of every process log the test's lab produced."""
+    rep = yield
+    the_lab = getattr(item, "lab", None)
+    if rep.failed and the_lab is not None and call.when == "call":
+        for proc in the_lab.procs:
+            rep.sections.append((f"log {proc.name} (pid {proc.pid})", proc.tail(60)))
+    return rep
