@@ -9,9 +9,7 @@ use std::path::Path;
 /// Creates a new key file (refusing to overwrite one) and returns the public key.
 pub fn generate(path: &Path) -> Result<PublicKey> {
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .context("reading /dev/urandom")?;
+    getrandom::getrandom(&mut bytes).map_err(|e| anyhow::anyhow!("reading the OS RNG: {e}"))?;
     let secret = StaticSecret::from_bytes(bytes);
     if path.exists() {
         bail!(

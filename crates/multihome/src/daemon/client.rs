@@ -87,7 +87,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
                 .with_context(|| format!("routing {r} into {}", s.tun_name))?;
         }
     }
-    let mut core = Client::new(
+    let mut core = Client::with_rng_seed(
         ClientConfig {
             local_key: key,
             server_key: s.server_public_key,
@@ -100,7 +100,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
             classifier: s.classifier.clone(),
             epoch_us: clock.epoch_us,
         },
-        clock.epoch_us,
+        super::os_seed()?,
     );
     let mut links: Vec<LinkRt> = s
         .links

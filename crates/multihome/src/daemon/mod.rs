@@ -56,6 +56,14 @@ impl Clock {
     }
 }
 
+/// 32 bytes from the OS RNG: the seed of the core's RNG, which makes the handshakes'
+/// ephemeral keys, so it must be unpredictable.
+pub fn os_seed() -> Result<[u8; 32]> {
+    let mut seed = [0u8; 32];
+    getrandom::getrandom(&mut seed).map_err(|e| anyhow::anyhow!("reading the OS RNG: {e}"))?;
+    Ok(seed)
+}
+
 /// Registers a readable fd with the runtime.
 pub fn register<T: std::os::fd::AsRawFd>(inner: T) -> Result<AsyncFd<T>> {
     // SAFETY: every type registered here (Tun, LinkSocket, LinkWatcher) owns its fd and

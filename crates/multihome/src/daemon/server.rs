@@ -57,7 +57,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
         ),
         None => None,
     };
-    let mut core = Server::new(
+    let mut core = Server::with_rng_seed(
         ServerConfig {
             local_key: key,
             peers: s
@@ -75,7 +75,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
             },
             default_policy: s.default_policy,
         },
-        clock.epoch_us,
+        super::os_seed()?,
     );
     let control = ControlSocket::bind(&s.control_socket)?;
     let metrics = match s.metrics_listen {

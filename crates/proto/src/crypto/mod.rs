@@ -11,7 +11,7 @@ mod noise;
 
 pub use aead::{OpenKey, SealKey, REJECT_AFTER_MESSAGES};
 pub use keys::{PublicKey, SessionId, StaticSecret};
-pub use noise::{Initiator, Responder, TransportKeys, INIT_FLAG_FRESH};
+pub use noise::{Initiator, Responder, TransportKeys, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
 
 /// Length of the ChaCha20-Poly1305 tag appended to every sealed payload.
 pub const TAG_LEN: usize = 16;

@@ -21,6 +21,10 @@ const PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"multihome v1";
 /// Payload of message 1: timestamp u64, flags u8, 3 reserved bytes.
 pub const INIT_PAYLOAD_LEN: usize = 12;
+/// Response flag: the server created a new session for this handshake (it had none, or
+/// the client asked for a fresh one), so the client must reset its receive state too —
+/// sequence numbers start again from zero on the server's side.
+pub const RESP_FLAG_NEW_SESSION: u8 = 0x01;
 /// Init flag: the client starts a new session (it has no state from before), so the
 /// server must replace any session it holds for this key instead of rekeying it.
 pub const INIT_FLAG_FRESH: u8 = 0x01;
@@ -125,16 +129,15 @@ impl Initiator {
         self.hs.write_message(&payload, out).map_err(herr)
     }
 
-    /// Reads message 2 and finishes the handshake.
-    pub fn read_resp(mut self, msg: &[u8]) -> Result<TransportKeys, CryptoError> {
+    /// Reads message 2 and finishes the handshake; returns the keys and the server's
+    /// flags byte (`RESP_FLAG_NEW_SESSION`).
+    pub fn read_resp(mut self, msg: &[u8]) -> Result<(TransportKeys, u8), CryptoError> {
         let mut payload = [0u8; 64];
-        self.hs.read_message(msg, &mut payload).map_err(herr)?;
-        if !self.hs.is_handshake_finished() {
-            return Err(CryptoError::Handshake(
-                "not finished after message 2".into(),
-            ));
+        let n = self.hs.read_message(msg, &mut payload).map_err(herr)?;
+        if !self.hs.is_handshake_finished() || n != 1 {
+            return Err(CryptoError::Handshake("malformed message 2".into()));
         }
-        Ok(split(self.hs, true))
+        Ok((split(self.hs, true), payload[0]))
     }
 }
 
@@ -191,9 +194,13 @@ impl Responder {
         self.flags
     }
 
-    /// Writes message 2 and finishes the handshake.
-    pub fn write_resp(mut self, out: &mut [u8]) -> Result<(usize, TransportKeys), CryptoError> {
-        let n = self.hs.write_message(&[], out).map_err(herr)?;
+    /// Writes message 2 carrying `flags` and finishes the handshake.
+    pub fn write_resp(
+        mut self,
+        flags: u8,
+        out: &mut [u8],
+    ) -> Result<(usize, TransportKeys), CryptoError> {
+        let n = self.hs.write_message(&[flags], out).map_err(herr)?;
         Ok((n, split(self.hs, false)))
     }
 }
@@ -217,9 +224,10 @@ mod tests {
         assert_eq!(r.timestamp_us(), 42);
         assert_eq!(r.flags(), INIT_FLAG_FRESH);
         let mut m2 = [0u8; 256];
-        let (n2, mut skeys) = r.write_resp(&mut m2).unwrap();
+        let (n2, mut skeys) = r.write_resp(RESP_FLAG_NEW_SESSION, &mut m2).unwrap();
         assert_eq!(n2, HANDSHAKE_RESP_LEN - 12);
-        let mut ckeys = i.read_resp(&m2[..n2]).unwrap();
+        let (mut ckeys, flags) = i.read_resp(&m2[..n2]).unwrap();
+        assert_eq!(flags, RESP_FLAG_NEW_SESSION);
         let mut buf = [0u8; 32];
         buf[..3].copy_from_slice(b"abc");
         let ctr = ckeys.seal.next_counter().unwrap();

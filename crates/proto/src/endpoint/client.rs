@@ -7,7 +7,7 @@
 //! detection time the client re-handshakes too, which recovers from a server restart.
 
 use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
-use crate::crypto::{Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH};
+use crate::crypto::{Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
 use crate::path::{PathId, PathState};
 use crate::policy::Classifier;
 use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
@@ -65,15 +65,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client that will handshake as soon as it has a link and `handle_timeout` runs.
+    /// A client with a deterministic RNG (simulation and tests only: handshake ephemeral
+    /// keys come from it, so a guessable seed breaks their secrecy).
     pub fn new(cfg: ClientConfig, seed: u64) -> Self {
+        let mut s = [0u8; 32];
+        s[..8].copy_from_slice(&seed.to_le_bytes());
+        Self::with_rng_seed(cfg, s)
+    }
+
+    /// A client whose RNG is seeded with 32 bytes from the OS (what the daemon does). It
+    /// handshakes as soon as it has a link and `handle_timeout` runs.
+    pub fn with_rng_seed(cfg: ClientConfig, seed: [u8; 32]) -> Self {
         let id = cfg.local_key.public_key().session_id();
         let session = Session::new(id, cfg.session);
         Client {
             cfg,
             session,
             links: Vec::new(),
-            rng: ChaCha20Rng::seed_from_u64(seed),
+            rng: ChaCha20Rng::from_seed(seed),
             pending: None,
             fresh: true,
             established: false,
@@ -171,7 +180,12 @@ impl Client {
             return;
         };
         match h.initiator.read_resp(p.noise()) {
-            Ok(keys) => {
+            Ok((keys, flags)) => {
+                if flags & RESP_FLAG_NEW_SESSION != 0 && self.established {
+                    // The server started over (restart, or it lost our session): its
+                    // sequence numbers restart at zero, so ours must too.
+                    self.reset_session(now);
+                }
                 let kp = Keypair::new(h.sender_index, p.index(), keys, now);
                 self.session.keys.install_current(kp);
                 self.session.confirm_path(now, link);
@@ -184,6 +198,15 @@ impl Client {
                 // The initiator is consumed by a failed read; a new handshake follows.
                 self.counters.rx_handshake_failed += 1;
             }
+        }
+    }
+
+    fn reset_session(&mut self, now: Instant) {
+        let id = self.cfg.local_key.public_key().session_id();
+        self.session = Session::new(id, self.cfg.session);
+        for l in &self.links {
+            self.session.ensure_path(now, l.id, l.remote);
+            self.session.set_path_available(now, l.id, l.available);
         }
     }
 

@@ -8,7 +8,7 @@
 //! their source lies in the sending peer's `allowed_ips` (cryptokey routing, as WireGuard).
 
 use super::EndpointCounters;
-use crate::crypto::{PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH};
+use crate::crypto::{PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
 use crate::path::PathId;
 use crate::policy::Policy;
 use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
@@ -72,8 +72,16 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server for `cfg`, with its RNG seeded by `seed`.
+    /// A server for `cfg` with a deterministic RNG (simulation and tests only: handshake
+    /// ephemeral keys come from it, so a guessable seed breaks their secrecy).
     pub fn new(cfg: ServerConfig, seed: u64) -> Self {
+        let mut s = [0u8; 32];
+        s[..8].copy_from_slice(&seed.to_le_bytes());
+        Self::with_rng_seed(cfg, s)
+    }
+
+    /// A server whose RNG is seeded with 32 bytes from the OS (what the daemon does).
+    pub fn with_rng_seed(cfg: ServerConfig, seed: [u8; 32]) -> Self {
         let peers = cfg
             .peers
             .iter()
@@ -87,7 +95,7 @@ impl Server {
             cfg,
             peers,
             by_index: HashMap::new(),
-            rng: ChaCha20Rng::seed_from_u64(seed),
+            rng: ChaCha20Rng::from_seed(seed),
             handshake_out: VecDeque::new(),
             counters: EndpointCounters::default(),
             next_tx_peer: 0,
@@ -168,8 +176,14 @@ impl Server {
         while self.by_index.contains_key(&local_index) {
             local_index = self.rng.next_u32();
         }
+        let new_session = fresh || self.peers[pi].session.is_none();
+        let flags = if new_session {
+            RESP_FLAG_NEW_SESSION
+        } else {
+            0
+        };
         let mut out = vec![0u8; HANDSHAKE_RESP_LEN];
-        let Ok((_, keys)) = resp.write_resp(&mut out[12..]) else {
+        let Ok((_, keys)) = resp.write_resp(flags, &mut out[12..]) else {
             self.counters.rx_handshake_failed += 1;
             return;
         };
@@ -178,7 +192,7 @@ impl Server {
         peer.last_timestamp = timestamp;
         let kp = Keypair::new(local_index, client_index, keys, now);
         match peer.session.as_mut() {
-            Some(s) if !fresh => s.keys.install_next(kp),
+            Some(s) if !new_session => s.keys.install_next(kp),
             _ => {
                 let mut s = Session::new(peer.cfg.public_key.session_id(), self.cfg.session);
                 s.keys.install_current(kp);

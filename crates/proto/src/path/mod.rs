@@ -281,8 +281,10 @@ impl Path {
         }
     }
 
-    /// Records a datagram of `bytes` being sent now; returns its `path_seq`.
-    pub fn on_sent(&mut self, now: Instant, bytes: usize) -> u32 {
+    /// Records a datagram of `bytes` being sent now; returns its `path_seq`. Only
+    /// `eliciting` datagrams (DATA, PING) start the liveness clock: an ACK-only datagram
+    /// is never acknowledged (else two idle peers would ACK each other's ACKs forever).
+    pub fn on_sent(&mut self, now: Instant, bytes: usize, eliciting: bool) -> u32 {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         self.cum_sent_bytes += bytes as u64;
@@ -293,8 +295,9 @@ impl Path {
             time: now,
             cum_bytes: self.cum_sent_bytes,
             rate,
+            eliciting,
         });
-        if self.first_unacked_time.is_none() {
+        if eliciting && self.first_unacked_time.is_none() {
             self.first_unacked_time = Some(now);
         }
         self.last_sent_time = Some(now);
@@ -330,15 +333,25 @@ impl Path {
             (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
-        let next = ack.largest.wrapping_add(1);
-        self.first_unacked_time = if next == self.next_seq {
-            None
-        } else {
-            Some(self.sent.get(next).map_or(now, |r| r.time))
-        };
+        self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
         if self.available {
             self.set_state(now, PathState::Up);
         }
+    }
+
+    /// Send time of the oldest eliciting datagram after `seq`, if any is outstanding.
+    fn first_eliciting_after(&self, seq: u32, now: Instant) -> Option<Instant> {
+        let mut s = seq.wrapping_add(1);
+        while s != self.next_seq {
+            match self.sent.get(s) {
+                Some(r) if r.eliciting => return Some(r.time),
+                Some(_) => {}
+                // Record overwritten: assume the worst case, outstanding since now.
+                None => return Some(now),
+            }
+            s = s.wrapping_add(1);
+        }
+        None
     }
 
     /// Cumulative loss from (largest seq, received count) pairs: between two feedbacks,
@@ -409,8 +422,16 @@ impl Path {
 
     // ---- receiver side ----
 
-    /// Records an authenticated datagram received on this path.
-    pub fn on_received(&mut self, now: Instant, path_seq: u32, bytes: usize, ping: bool) {
+    /// Records an authenticated datagram received on this path. `eliciting` datagrams
+    /// (with DATA or PING) schedule an ACK; `ping` asks for it at once.
+    pub fn on_received(
+        &mut self,
+        now: Instant,
+        path_seq: u32,
+        bytes: usize,
+        eliciting: bool,
+        ping: bool,
+    ) {
         self.rx_count += 1;
         self.rx_bytes += bytes as u64;
         self.counters.rx_packets += 1;
@@ -420,6 +441,9 @@ impl Path {
             .is_none_or(|(l, _)| path_seq.wrapping_sub(l) as i32 > 0)
         {
             self.rx_largest = Some((path_seq, now));
+        }
+        if !eliciting {
+            return;
         }
         self.unacked_rx += 1;
         if ping || self.unacked_rx >= ACK_EVERY {

@@ -22,6 +22,8 @@ pub struct SentRecord {
     pub cum_bytes: u64,
     /// Delivery-rate snapshot at send time.
     pub rate: RateSnapshot,
+    /// Whether it asks for feedback (DATA or PING); ACK-only datagrams do not.
+    pub eliciting: bool,
 }
 
 /// The ring.

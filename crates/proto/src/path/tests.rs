@@ -24,7 +24,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
         // deliver everything due by now, in time order
         arrivals.retain(|&(t, seq)| {
             if t <= now {
-                rx.on_received(t, seq, 1000, false);
+                rx.on_received(t, seq, 1000, true, false);
                 false
             } else {
                 true
@@ -41,7 +41,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
                 true
             }
         });
-        let seq = tx.on_sent(now, 1000);
+        let seq = tx.on_sent(now, 1000, true);
         if !drop(i) {
             arrivals.push((now + Duration::from_millis(owd_ms), seq));
         }
@@ -79,7 +79,7 @@ fn blackhole_goes_down_within_detection_time() {
     let mut down_at = None;
     for ms in 1000..3000 {
         let now = at(ms);
-        tx.on_sent(now, 100);
+        tx.on_sent(now, 100, true);
         if tx.update_state(now) == Some(PathState::Down) {
             down_at = Some(ms);
             break;
@@ -125,4 +125,22 @@ fn stale_or_bogus_acks_are_ignored() {
         "ack for unsent data must not prove the path"
     );
     assert!(!p.rtt().has_sample());
+}
+
+#[test]
+fn ack_only_datagrams_are_not_acknowledged_nor_timed() {
+    let cfg = PathConfig::from_detect(Duration::from_secs(1));
+    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
+    p.on_received(at(0), 0, 60, false, false);
+    assert!(
+        p.take_ack(at(10), true).is_none(),
+        "an ACK-only datagram elicits nothing"
+    );
+    p.confirm(at(0));
+    p.on_sent(at(0), 60, false);
+    assert_eq!(
+        p.update_state(at(5000)),
+        None,
+        "unanswered ACK-only datagrams are no sign of death"
+    );
 }

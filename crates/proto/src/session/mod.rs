@@ -194,7 +194,7 @@ impl Session {
         find_slot(&mut self.paths, id)
     }
 
-    /// Adds a path (or updates its remote address and availability if it exists).
+    /// Adds a path if it does not exist yet (an existing one is left as it is).
     pub fn ensure_path(&mut self, now: Instant, id: PathId, remote: SocketAddr) -> &mut Path {
         let cfg = PathConfig::from_detect(self.cfg.detect);
         let idx = match self.paths.iter().position(|s| s.path.id() == id) {
@@ -401,7 +401,9 @@ impl Session {
             return;
         };
         if self.slot_mut(path_id).is_none() {
-            if !create_paths {
+            // Path ids are link indices (< MAX_PATHS); more would overflow the schedulers'
+            // fixed path sets, so an authenticated peer cannot make us hold more.
+            if !create_paths || usize::from(path_id.0) >= crate::sched::MAX_PATHS {
                 self.counters.rx_malformed += 1;
                 return;
             }
@@ -416,9 +418,11 @@ impl Session {
             }
         }
         let mut ping = false;
+        let mut eliciting = false;
         for frame in FrameReader::new(frames) {
             match frame {
                 Ok(Frame::Data(d)) => {
+                    eliciting = true;
                     if !self.dedupe.check_and_set(d.data_seq) {
                         self.counters.rx_duplicates += 1;
                         continue;
@@ -446,7 +450,10 @@ impl Session {
                         }
                     }
                 }
-                Ok(Frame::Ping) => ping = true,
+                Ok(Frame::Ping) => {
+                    ping = true;
+                    eliciting = true;
+                }
                 Ok(Frame::Close) => self.events.push_back(Event::Closed),
                 Err(_) => {
                     self.counters.rx_malformed += 1;
@@ -455,7 +462,8 @@ impl Session {
             }
         }
         if let Some(s) = self.slot_mut(path_id) {
-            s.path.on_received(now, hdr.path_seq, datagram_len, ping);
+            s.path
+                .on_received(now, hdr.path_seq, datagram_len, eliciting, ping);
         }
     }
 

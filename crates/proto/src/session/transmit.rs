@@ -121,7 +121,8 @@ impl Session {
         let plain_len = w.len();
         let total = DATA_HEADER_LEN + plain_len + TAG_LEN;
         let counter = kp.seal.next_counter().ok()?;
-        let path_seq = slot.path.on_sent(now, total);
+        let eliciting = matches!(job, Job::Data { .. } | Job::Ping { .. });
+        let path_seq = slot.path.on_sent(now, total, eliciting);
         InnerHeader {
             path_seq,
             send_time_us: now.as_micros() as u32,

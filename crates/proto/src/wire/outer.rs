@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! HandshakeInit: type=1 | path u8 | 0u16 | sender_index u32 | noise IK message 1 (108 B)
-//! HandshakeResp: type=2 | path u8 | 0u16 | sender_index u32 | receiver_index u32 | noise msg 2 (48 B)
+//! HandshakeResp: type=2 | path u8 | 0u16 | sender_index u32 | receiver_index u32 | noise msg 2 (49 B)
 //! Data:          type=3 | path u8 | 0u16 | receiver_index u32 | counter u64 | sealed payload + tag
 //! ```
 //! The whole 16-byte data header is the AEAD's associated data, so the path id and the
@@ -14,8 +14,8 @@ use super::WireError;
 pub const DATA_HEADER_LEN: usize = 16;
 /// Length of the Noise IK first message with our 12-byte payload: e, s (+tag), payload (+tag).
 pub const NOISE_INIT_LEN: usize = 32 + 48 + 12 + 16;
-/// Length of the Noise IK second message with an empty payload: e, tag.
-pub const NOISE_RESP_LEN: usize = 32 + 16;
+/// Length of the Noise IK second message with its 1-byte flags payload: e, payload, tag.
+pub const NOISE_RESP_LEN: usize = 32 + 1 + 16;
 /// Full length of a handshake initiation datagram.
 pub const HANDSHAKE_INIT_LEN: usize = 8 + NOISE_INIT_LEN;
 /// Full length of a handshake response datagram.
