@@ -83,9 +83,14 @@ def test_bulk_transfer_intact(lab: Lab, multihome_bin: Path, policy: str, cc: st
         # Rate-proportional striping puts ~SLOW/(FAST+SLOW) = 1/3 on the slow link; half that.
         assert share_slow >= 0.5 * SLOW / (FAST + SLOW), sent
     else:
-        # `best` must pick the fast link: 70 % of its ceiling is above the slow link's ceiling.
-        assert res.mbps >= 0.7 * FAST * eff, (res.mbps, sent)
-        assert share_slow <= 0.1, sent
+        # `best` ranks links by RTT; both idle RTTs are equal here (tbf adds no delay), so
+        # either link is a correct choice. What `best` promises is one link at a time at
+        # nearly that link's rate: 90 % of the bytes on the chosen link, and 70 % of its
+        # goodput ceiling (the rest is slack for TCP start-up on a loaded 2-core machine).
+        chosen = max(sent, key=lambda k: sent[k])
+        rate = {"fast": FAST, "slow": SLOW}[chosen]
+        assert sent[chosen] >= 0.9 * sum(sent.values()), sent
+        assert res.mbps >= 0.7 * rate * eff, (res.mbps, sent)
 
 
 def test_link_blackholed_mid_transfer(lab: Lab, multihome_bin: Path) -> None:
