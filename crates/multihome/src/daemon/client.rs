@@ -239,15 +239,12 @@ fn flush(
 ) {
     let now = clock.now();
     let mut gone = Vec::new();
-    loop {
-        let Some(buf) = batch.next_buf() else { break };
-        let Some(t) = core.poll_transmit(now, buf) else {
-            break;
-        };
-        batch.push(t.path.0 as usize, t.dst, t.len);
-        if batch.is_full() {
-            send_batch(batch, links, &mut gone);
-        }
+    let mut build = |buf: &mut [u8]| {
+        core.poll_transmit(now, buf)
+            .map(|t| (t.path.0 as usize, t.dst, t.len))
+    };
+    while batch.fill(&mut build) {
+        send_batch(batch, links, &mut gone);
     }
     send_batch(batch, links, &mut gone);
     for i in gone {

@@ -139,20 +139,20 @@ impl TxBatch {
         }
     }
 
-    /// The buffer for the next datagram, or `None` when the batch is full.
-    pub fn next_buf(&mut self) -> Option<&mut [u8]> {
-        let i = self.meta.len();
-        self.bufs.get_mut(i).map(|b| &mut b[..])
-    }
-
-    /// Records the datagram just built in `next_buf` for socket `sock`.
-    pub fn push(&mut self, sock: usize, dst: std::net::SocketAddr, len: usize) {
-        self.meta.push((sock, dst, len));
-    }
-
-    /// Whether the batch is full.
-    pub fn is_full(&self) -> bool {
-        self.meta.len() >= self.bufs.len()
+    /// Builds datagrams with `build` (which writes one into the buffer it is given and
+    /// says for which socket and destination) until it has none or the batch is full;
+    /// returns true when it stopped because the batch is full.
+    pub fn fill(
+        &mut self,
+        mut build: impl FnMut(&mut [u8]) -> Option<(usize, std::net::SocketAddr, usize)>,
+    ) -> bool {
+        while let Some(buf) = self.bufs.get_mut(self.meta.len()) {
+            match build(buf) {
+                Some(m) => self.meta.push(m),
+                None => return false,
+            }
+        }
+        true
     }
 
     /// Sends everything, grouping consecutive datagrams of one socket into one call;

@@ -148,15 +148,9 @@ fn flush(
             |_, e| tracing::debug!("send: {e}"),
         );
     };
-    loop {
-        let Some(buf) = batch.next_buf() else { break };
-        let Some(t) = core.poll_transmit(now, buf) else {
-            break;
-        };
-        batch.push(0, t.dst, t.len);
-        if batch.is_full() {
-            send(batch);
-        }
+    let mut build = |buf: &mut [u8]| core.poll_transmit(now, buf).map(|t| (0, t.dst, t.len));
+    while batch.fill(&mut build) {
+        send(batch);
     }
     send(batch);
     while let Some(p) = core.poll_deliver() {

@@ -248,8 +248,11 @@ impl Path {
         self.state = s;
     }
 
-    /// Congestion window: twice the estimated bandwidth-delay product plus room for
-    /// delayed feedback, so the path's queue stays short but it is never starved.
+    /// Congestion window: 1.5 times the estimated bandwidth-delay product plus room for
+    /// delayed feedback. One BDP keeps the path busy; the extra half lets the delivery
+    /// rate (and so the estimate) grow by half per RTT when the path has more to give,
+    /// while the standing queue stays at most half a BDP — which is also what the
+    /// receiver's reorder buffer must absorb.
     pub fn cwnd_bytes(&self) -> u64 {
         let bw = self.rate.bandwidth();
         if bw <= 0.0 {
@@ -257,7 +260,7 @@ impl Path {
         }
         let rtt = self.rtt.min() + MAX_ACK_DELAY * 2;
         let bdp = bw * rtt.as_secs_f64();
-        ((2.0 * bdp) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
+        ((1.5 * bdp) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
     }
 
     /// Bytes sent but not covered by feedback yet.

@@ -37,7 +37,7 @@ impl RttEstimator {
                 self.var = rtt / 2;
             }
             Some(s) => {
-                let diff = if s > rtt { s - rtt } else { rtt - s };
+                let diff = s.abs_diff(rtt);
                 self.var = (self.var * 3 + diff) / 4;
                 self.smoothed = Some((s * 7 + rtt) / 8);
             }

@@ -4,7 +4,9 @@
 //! order across paths, the receiver sees packets nearly in order.
 //!
 //! Expected arrival on path p for a packet of `len` bytes:
-//! `(inflight_p + len) / bandwidth_p + min_rtt_p / 2`. Only paths with window are
+//! `(queued_p + len) / bandwidth_p + min_rtt_p / 2`, where `queued_p` is what is in
+//! flight beyond one bandwidth-delay product (bytes within the BDP are on the wire or
+//! their feedback is on its way back, and do not delay a new packet). Only paths with window are
 //! candidates (the backpressure of seed 003: a path takes data only while its pending
 //! data is below its limit); with none, the packet waits.
 
@@ -31,7 +33,9 @@ pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
         // Unmeasured: assume the window drains in one RTT.
         p.cwnd_bytes as f64 / p.srtt.as_secs_f64().max(1e-3)
     };
-    (p.inflight_bytes + len as u64) as f64 / rate + p.min_rtt.as_secs_f64() / 2.0
+    let bdp = rate * p.min_rtt.as_secs_f64();
+    let queued = (p.inflight_bytes as f64 - bdp).max(0.0);
+    (queued + len as f64) / rate + p.min_rtt.as_secs_f64() / 2.0
 }
 
 impl Scheduler for EarliestArrival {
@@ -69,9 +73,9 @@ mod tests {
         let mut fast = view(0, PathState::Up, 20, 50.0);
         let slow = view(1, PathState::Up, 80, 20.0);
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(fast.id));
-        // 200 kB queued on the fast path = 32 ms; slow path idle arrives at 40 ms one-way;
-        // fast arrives at 10 + 32 = 42 ms → slow wins.
-        fast.inflight_bytes = 200_000;
+        // Fast: 50 Mbit/s, 20 ms RTT → BDP 125 kB. 325 kB in flight = 200 kB queued = 32 ms;
+        // the idle slow path delivers at 40 ms one-way; fast at 10 + 32 = 42 ms → slow wins.
+        fast.inflight_bytes = 325_000;
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
     }
 }

@@ -14,6 +14,7 @@
 //! - every queue is bounded: the aggregate queue in bytes (tail drop, counted), the job
 //!   queue in entries, the reorder buffer in bytes and entries.
 
+mod delay;
 mod keyring;
 mod transmit;
 
@@ -123,6 +124,7 @@ pub struct Session {
     events: VecDeque<Event>,
     counters: SessionCounters,
     last_rx: Option<Instant>,
+    delay: delay::DelayTracker,
 }
 
 struct PathSlot {
@@ -162,6 +164,7 @@ impl Session {
             events: VecDeque::new(),
             counters: SessionCounters::default(),
             last_rx: None,
+            delay: delay::DelayTracker::default(),
         }
     }
 
@@ -249,16 +252,20 @@ impl Session {
             self.counters.no_key_drops += 1;
             return;
         }
+        if policy == Policy::Aggregate
+            && self.agg_queue_bytes + packet.len() > self.cfg.queue_max_bytes
+        {
+            // Dropped before taking a sequence number: a number that is never sent would
+            // be a hole the receiver's reorder buffer waits for in vain.
+            self.counters.queue_drops += 1;
+            return;
+        }
         self.counters.tx_ip_packets += 1;
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
         let packet: Arc<[u8]> = Arc::from(packet);
         match policy {
             Policy::Aggregate => {
-                if self.agg_queue_bytes + packet.len() > self.cfg.queue_max_bytes {
-                    self.counters.queue_drops += 1;
-                    return;
-                }
                 self.agg_queue_bytes += packet.len();
                 self.agg_queue.push_back((seq, packet));
             }
@@ -417,6 +424,7 @@ impl Session {
                 self.events.push_back(Event::PathRoamed(path_id, from));
             }
         }
+        self.delay.on_datagram(now, path_id, hdr.send_time_us);
         let mut ping = false;
         let mut eliciting = false;
         for frame in FrameReader::new(frames) {
@@ -467,20 +475,11 @@ impl Session {
         }
     }
 
-    /// Reorder hold time: the spread of path RTTs (what a packet on the slow path lags a
-    /// packet on the fast one), plus margin, bounded.
-    pub fn reorder_hold(&self) -> Duration {
-        let usable = self
-            .paths
-            .iter()
-            .filter(|s| s.path.state() != PathState::Down);
-        let (mut lo, mut hi) = (Duration::MAX, Duration::ZERO);
-        for s in usable {
-            let r = s.path.rtt().smoothed();
-            lo = lo.min(r);
-            hi = hi.max(r + s.path.rtt().var());
-        }
-        let spread = hi.saturating_sub(lo);
+    /// Reorder hold time: how far the slowest active path lags the fastest one way
+    /// (measured from the sender's timestamps, queueing included), plus a margin for
+    /// scheduling noise; bounded so a dead path cannot stall delivery for long.
+    pub fn reorder_hold(&self, now: Instant) -> Duration {
+        let spread = self.delay.spread(now, Duration::from_secs(1));
         (spread + Duration::from_millis(5))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
@@ -510,7 +509,10 @@ impl Session {
                 take(s.path.probe_deadline());
             }
         }
-        take(self.reorder.deadline(self.reorder_hold()));
+        take(
+            self.reorder
+                .deadline(self.reorder_hold(self.last_rx.unwrap_or_default())),
+        );
         t
     }
 
@@ -530,7 +532,7 @@ impl Session {
                 self.jobs.push_back(Job::Ping { path: s.path.id() });
             }
         }
-        let hold = self.reorder_hold();
+        let hold = self.reorder_hold(self.last_rx.unwrap_or_default());
         self.reorder.on_timeout(now, hold, &mut self.deliver);
         self.keys.expire_previous(now, Duration::from_secs(30));
     }

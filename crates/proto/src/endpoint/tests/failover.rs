@@ -51,14 +51,21 @@ fn best_fails_over_within_detect_and_fails_back_after_hold() {
     p.establish();
     let t0 = p.now;
     let count = ((Pair::at(16_000).saturating_since(t0)).as_millis() / 10) as u32;
-    p.traffic(count, GAP, SIZE, (true, true), Duration::from_secs(1), |p, _| {
-        if p.now >= cut && p.now < heal && !p.up[0].blackhole {
-            p.set_blackhole(0, true);
-        }
-        if p.now >= heal && p.up[0].blackhole {
-            p.set_blackhole(0, false);
-        }
-    });
+    p.traffic(
+        count,
+        GAP,
+        SIZE,
+        (true, true),
+        Duration::from_secs(1),
+        |p, _| {
+            if p.now >= cut && p.now < heal && !p.up[0].blackhole {
+                p.set_blackhole(0, true);
+            }
+            if p.now >= heal && p.up[0].blackhole {
+                p.set_blackhole(0, false);
+            }
+        },
+    );
 
     // Detection: the oldest unacknowledged datagram on path 0 was sent at most one probe
     // interval after the cut (there is data every 10 ms, so in fact ~at the cut), and the
@@ -126,12 +133,19 @@ fn roaming_client_is_followed() {
     p.establish();
     let new_addr: SocketAddr = "10.0.0.77:6000".parse().unwrap();
     let mut moved_at = Instant::ZERO;
-    p.traffic(600, GAP, SIZE, (true, true), Duration::from_secs(1), |p, n| {
-        if n == 300 {
-            p.client_addrs[0] = new_addr;
-            moved_at = p.now;
-        }
-    });
+    p.traffic(
+        600,
+        GAP,
+        SIZE,
+        (true, true),
+        Duration::from_secs(1),
+        |p, n| {
+            if n == 300 {
+                p.client_addrs[0] = new_addr;
+                moved_at = p.now;
+            }
+        },
+    );
     let roamed: Vec<_> = p
         .server_events
         .iter()
@@ -160,7 +174,11 @@ fn roaming_client_is_followed() {
         .iter()
         .filter(|(_, len)| *len >= DATA_MIN_LEN)
         .collect();
-    assert_eq!(lost, stale.len(), "downstream loss not explained by the move");
+    assert_eq!(
+        lost,
+        stale.len(),
+        "downstream loss not explained by the move"
+    );
     assert!(stale
         .iter()
         .all(|(t, _)| *t >= moved_at && *t <= *t_roam + Duration::from_millis(10)));

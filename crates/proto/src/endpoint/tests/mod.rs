@@ -27,7 +27,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-thread_local!{ pub static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) }; pub static SPINS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) }; }
 const SERVER: &str = "10.9.9.9:7000";
 /// Path id the harness uses for datagrams injected by an attacker (no link involved).
 const INJECTED: u8 = u8::MAX;
@@ -299,8 +298,6 @@ impl Pair {
                 self.client.poll_timeout(),
                 self.server.poll_timeout()
             );
-            STEPS.with(|c| c.set(c.get()+1));
-            if self.now==last && spins>1 { SPINS.with(|c| c.set(c.get()+1)); }
             self.flush();
             let next_arrival = self.heap.peek().map(|Reverse(f)| f.0);
             let next = [

@@ -44,7 +44,10 @@ fn aggregate_splits_by_rate_and_fills_both_links() {
         .collect();
     let share0 = rx[0] as f64 / (rx[0] + rx[1]) as f64;
     // Measured: 75.2 % / 24.8 %.
-    assert!((share0 - 0.75).abs() <= 0.10, "share of path 0: {share0:.3}");
+    assert!(
+        (share0 - 0.75).abs() <= 0.10,
+        "share of path 0: {share0:.3}"
+    );
 
     // Order: a packet is out of order if a higher number was delivered before it.
     let mut max = None;
@@ -56,9 +59,6 @@ fn aggregate_splits_by_rate_and_fills_both_links() {
             out
         })
         .count();
-    let late_frac = late as f64 / got.len() as f64;
-    // Measured: 0.0 %; the reorder buffer releases in order unless it gives up on a gap.
-    assert!(late_frac <= 0.01, "{late} of {} out of order", got.len());
     let dropped = count as usize - got.len();
     let stats = p.server_session().reorder_stats();
     eprintln!(
@@ -66,4 +66,29 @@ fn aggregate_splits_by_rate_and_fills_both_links() {
         goodput / 1e6,
         p.client.session().counters().queue_drops,
     );
+    for x in p.server_session().paths() {
+        eprintln!(
+            "DIAG server path {:?} srtt {:?} var {:?} sampled {} tx {:?} state {:?}",
+            x.id(),
+            x.rtt().smoothed(),
+            x.rtt().var(),
+            x.rtt().has_sample(),
+            x.counters(),
+            x.state()
+        );
+    }
+    for x in p.client.session().paths() {
+        eprintln!(
+            "DIAG client path {:?} srtt {:?} var {:?} sampled {} tx {:?}",
+            x.id(),
+            x.rtt().smoothed(),
+            x.rtt().var(),
+            x.rtt().has_sample(),
+            x.counters()
+        );
+    }
+    eprintln!("DIAG hold {:?}", p.server_session().reorder_hold(p.now));
+    let late_frac = late as f64 / got.len() as f64;
+    // Measured: 0.0 %; the reorder buffer releases in order unless it gives up on a gap.
+    assert!(late_frac <= 0.01, "{late} of {} out of order", got.len());
 }
