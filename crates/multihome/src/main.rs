@@ -1,14 +1,8 @@
 //! `multihome`: the command-line entry point (keygen, client, server, status).
 
-mod config;
-mod control;
-mod daemon;
-mod keyfile;
-mod metrics;
-mod status;
-
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use multihome::{daemon, keyfile, status};
 use std::path::PathBuf;
 
 /// Use all of a host's internet links at once.

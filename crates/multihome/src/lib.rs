@@ -1,0 +1,10 @@
+//! The `multihome` binary's library: configuration, daemons, control socket, status and
+//! metrics. It is a library so the config parser can be fuzzed and tested on its own;
+//! `main.rs` is only the command line.
+
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod keyfile;
+pub mod metrics;
+pub mod status;
