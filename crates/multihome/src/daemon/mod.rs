@@ -22,6 +22,13 @@ pub const BUF_BYTES: usize = 65_536;
 pub const READ_BUDGET: usize = 256;
 
 /// Maps the monotonic clock to the core's `Instant` (µs since start).
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The daemon's clock.
 pub struct Clock {
     start: std::time::Instant,
     tokio_start: tokio::time::Instant,
