@@ -15,6 +15,12 @@ docs/CLI-CONTRACT.md, start both daemons, wait for the session, and give tests h
                             |  mh0 10.200.0.2 ~~ tunnel ~~ mh0 10.200.0.1 |
                             +-----------+                   +-----------+
 
+A link is either a direct veth (tbf rate, nftables loss, blackhole) or, with
+``LinkSpec.linkem``, two veths through a namespace ``lk<i>`` running linkem (delay, jitter,
+trace-driven rate, Gilbert-Elliott loss, outages, live changes; lab/linkem.py)::
+
+    cli l<i> .2 ═══ la [ lk<i>: linkem ] lb ═══ .1 l<i> srv
+
 The client routes the origin's prefix (10.50.0.0/24) into the tunnel; the LAN host's default
 route is the client; the server's peer entry allows the client's inner address and the LAN
 prefix, and the server masquerades tunnel traffic out of ``up0``. The origin has no route back
@@ -35,6 +41,7 @@ from pathlib import Path
 
 import tomli_w
 
+from lab.linkem import LinkemLink
 from lab.netns import REPO_ROOT, Lab, LabError, Namespace, Proc, Veth
 from lab.traffic import TcpTransfer, UdpStream, iperf3
 
@@ -60,12 +67,21 @@ def multihome_binary() -> Path:
 
 @dataclass
 class LinkSpec:
-    """One client-server link: optional tbf rate (both directions) and random loss (%)."""
+    """One client-server link.
+
+    Either a direct veth with an optional tbf rate (both directions) and nftables random loss
+    (%), or, when ``linkem`` is a dict (linkem's TOML config: ``{"both": {...}, "a2b": ...}``,
+    a2b = upload, b2a = download), a link through a ``linkem`` namespace (lab/linkem.py).
+    ``offloads=False`` turns TSO/GSO/GRO off on both ends (per-packet loss and queue limits).
+    """
 
     name: str
     rate_mbit: float | None = None
     loss_pct: float = 0.0
     tbf_latency_ms: float = 50
+    linkem: dict | None = None
+    offloads: bool = True
+    seed: int = 1
 
 
 def link_ip(i: int, side: str) -> str:
@@ -85,12 +101,14 @@ class Topology:
         detect_ms: int | None = None,
         tunnel: bool = True,
         binary: Path | None = None,
+        client_extra: dict | None = None,
     ) -> None:
         self.lab = lab
         self.links = links
         self.policy = policy
         self.rules = rules or []
         self.detect_ms = detect_ms
+        self.client_extra = client_extra or {}
         self.tunnel = tunnel
         self.binary = binary or multihome_binary()
         self.dir = lab.dir
@@ -101,6 +119,7 @@ class Topology:
         self.srv = lab.ns("srv")
         self.org = lab.ns("org")
         self.veths: list[Veth] = []
+        self.emulated: dict[int, LinkemLink] = {}
         self.outsider: Namespace | None = None
         self._build()
 
@@ -119,9 +138,27 @@ class Topology:
         self.cli.addr_add("lan0", f"{LAN_GW}/24")
         self.lan.route_replace("default", via=LAN_GW)
         for i, spec in enumerate(self.links):
-            veth = self.lab.veth(self.cli, f"l{i}", self.srv, f"l{i}")
-            self.cli.addr_add(f"l{i}", f"{link_ip(i, 'cli')}/24")
-            self.srv.addr_add(f"l{i}", f"{link_ip(i, 'srv')}/24")
+            dev = f"l{i}"
+            if spec.linkem is not None:
+                self.emulated[i] = LinkemLink(
+                    self.lab,
+                    i,
+                    self.cli,
+                    dev,
+                    self.srv,
+                    dev,
+                    spec.linkem,
+                    seed=spec.seed,
+                    offloads=spec.offloads,
+                )
+                # The two endpoint devices, for tbf/nft helpers that act per end.
+                veth = Veth(self.cli, dev, self.srv, dev)
+            else:
+                veth = self.lab.veth(self.cli, dev, self.srv, dev)
+                if not spec.offloads:
+                    veth.offloads_off()
+            self.cli.addr_add(dev, f"{link_ip(i, 'cli')}/24")
+            self.srv.addr_add(dev, f"{link_ip(i, 'srv')}/24")
             if spec.rate_mbit:
                 veth.tbf(spec.rate_mbit, spec.tbf_latency_ms)
             if spec.loss_pct:
@@ -176,6 +213,7 @@ class Topology:
         }
         if self.detect_ms is not None:
             client["detect_ms"] = self.detect_ms
+        client.update(self.client_extra)
         policy: dict = {"default": self.policy}
         if self.rules:
             policy["rule"] = self.rules
@@ -333,6 +371,26 @@ class Topology:
 
     def unblackhole(self, i: int) -> None:
         self.cli.unblackhole(f"l{i}")
+
+    def link_down(self, i: int) -> None:
+        """Cut link ``i``: ``linkem down`` on an emulated link (queue flushed), else blackhole."""
+        if i in self.emulated:
+            self.emulated[i].down()
+        else:
+            self.blackhole(i)
+
+    def link_up(self, i: int) -> None:
+        if i in self.emulated:
+            self.emulated[i].up()
+        else:
+            self.unblackhole(i)
+
+    def link(self, name: str) -> LinkemLink:
+        """The emulated link called ``name`` (LinkSpec.name)."""
+        for i, spec in enumerate(self.links):
+            if spec.name == name and i in self.emulated:
+                return self.emulated[i]
+        raise LabError(f"no emulated link named {name!r}")
 
     def renumber_client(self, i: int, subnet: int) -> str:
         """Move the client's end of link ``i`` to ``10.0.<subnet>.2/24`` (a DHCP-style change).

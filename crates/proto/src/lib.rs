@@ -15,6 +15,7 @@ pub use time::Instant;
 pub mod endpoint;
 pub mod path;
 pub mod policy;
+pub mod race;
 pub mod reorder;
 pub mod sched;
 pub mod session;

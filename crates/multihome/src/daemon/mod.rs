@@ -21,14 +21,13 @@ pub const BUF_BYTES: usize = 65_536;
 /// Most packets read from one fd per wake-up, so one busy fd cannot starve the others.
 pub const READ_BUDGET: usize = 256;
 
-/// Maps the monotonic clock to the core's `Instant` (µs since start).
 impl Default for Clock {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// The daemon's clock.
+/// Maps the monotonic clock to the core's `Instant` (µs since start).
 pub struct Clock {
     start: std::time::Instant,
     tokio_start: tokio::time::Instant,

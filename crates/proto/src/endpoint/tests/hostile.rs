@@ -213,3 +213,54 @@ fn injected_garbage_is_counted_and_harmless() {
         .all(|(_, e)| !matches!(e, Event::PathRoamed(..))));
     assert!(p.server_session().paths().all(|x| x.remote() != attacker));
 }
+
+/// Seals `plain` as the client would on path 0, under a counter the client never used.
+fn forge_as_client(p: &Pair, counter: u64, plain: &[u8]) -> Vec<u8> {
+    let kp = p.client.session().keys.current.as_ref().unwrap();
+    let mut d = vec![0u8; DATA_HEADER_LEN + plain.len() + TAG_LEN];
+    d[0] = 3;
+    d[4..8].copy_from_slice(&kp.remote_index.to_be_bytes());
+    d[8..16].copy_from_slice(&counter.to_be_bytes());
+    d[DATA_HEADER_LEN..DATA_HEADER_LEN + plain.len()].copy_from_slice(plain);
+    let (aad, rest) = d.split_at_mut(DATA_HEADER_LEN);
+    kp.seal.seal(counter, aad, rest, plain.len()).unwrap();
+    d
+}
+
+/// An authenticated peer (a compromised client) sends DATA frames with the largest
+/// sequence numbers: the server must neither crash nor deliver a packet twice, and the
+/// regular stream must go on. (Found by the `session_data` fuzz target: `data_seq =
+/// u64::MAX` overflowed `next = counter + 1` in `ReplayWindow::check_and_set`.)
+#[test]
+fn extreme_sequence_numbers_from_an_authenticated_peer() {
+    use crate::wire::{DataFlags, DataFrame, FrameWriter, InnerHeader};
+    let mut p = Pair::new(vec![Link::new(10, None)], Policy::Best, None, 61);
+    p.establish();
+    p.traffic(50, Duration::from_millis(10), 300, (true, false), Duration::ZERO, |_, _| {});
+    let intruder = packet(true, 9_999, 300);
+    for (i, seq) in [u64::MAX, u64::MAX, u64::MAX - 1, u64::MAX - 1].into_iter().enumerate() {
+        let mut plain = vec![0u8; 400];
+        let mut w = FrameWriter::new(&mut plain);
+        w.inner_header(InnerHeader {
+            path_seq: 0,
+            send_time_us: 0,
+        })
+        .unwrap();
+        w.data(&DataFrame {
+            data_seq: seq,
+            flags: DataFlags::new(0, false),
+            payload: &intruder,
+        })
+        .unwrap();
+        let n = w.len();
+        let d = forge_as_client(&p, (1 << 40) + i as u64, &plain[..n]);
+        let from = p.client_addrs[0];
+        p.inject(p.now, from, d);
+        p.run_until(p.now + Duration::from_millis(1));
+    }
+    let twice = numbers(&p.delivered_up).iter().filter(|&&n| n == 9_999).count();
+    assert!(twice <= 1, "a sequence number was delivered {twice} times");
+    p.traffic(50, Duration::from_millis(10), 300, (true, false), Duration::from_secs(1), |_, _| {});
+    let normal: Vec<u32> = numbers(&p.delivered_up).into_iter().filter(|&n| n != 9_999).collect();
+    assert_eq!(normal.len(), 100, "the stream did not go on");
+}

@@ -105,6 +105,8 @@ fn server_restart_is_recovered() {
     );
     // Path 0 carries data and dies `detect` after the restart; path 1 only carries
     // probes, so its first unanswered one leaves up to one probe interval later.
+    // Measured: all down 1.25 s after the restart; keys again 2.02 s later (2 × detect
+    // plus one RTT of link 0).
     let down = all_down_at(&p.client_events, 2, restart);
     assert!(
         down.saturating_since(restart) <= cfg.detect + probe + Duration::from_millis(1),
