@@ -448,8 +448,9 @@ class Topology:
         """Start a checksummed TCP transfer LAN host -> origin through the tunnel."""
         return TcpTransfer(self.lan, self.org, ORIGIN, mib=mib, cc=cc, seed=seed, port=port)
 
-    def udp_stream(self, count: int, pps: float, *, port: int = 5004) -> UdpStream:
-        return UdpStream(self.lan, self.org, ORIGIN, count=count, pps=pps, port=port)
+    def udp_stream(self, count: int, pps: float, *, port: int = 5004, **kw: object) -> UdpStream:
+        """A paced UDP stream LAN host -> origin (``size``, ``log``: see UdpStream)."""
+        return UdpStream(self.lan, self.org, ORIGIN, count=count, pps=pps, port=port, **kw)  # type: ignore[arg-type]
 
     def iperf3(self, cc: str, seconds: float = 10, *, reverse: bool = False, **kw: object) -> dict:
         """iperf3 between LAN host (client) and origin (server); ``reverse`` = download."""

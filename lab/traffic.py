@@ -146,9 +146,11 @@ class UdpStream:
         size: int = 200,
         port: int = 5004,
         idle_s: float = 3.0,
+        log: str | None = None,
     ) -> None:
         self.count = count
         deadline = count / pps + 30
+        extra = ["--log", log] if log else []
         self.receiver = dst.spawn(
             tool_cmd(
                 "udpstream",
@@ -161,6 +163,7 @@ class UdpStream:
                 str(idle_s),
                 "--deadline",
                 str(deadline),
+                *extra,
             ),
             f"udprx{port}",
         )

@@ -3,7 +3,8 @@
 Invariants: every test that touches the network gets a fresh :class:`Lab` whose namespaces and
 processes are gone after the test, pass or fail; on failure the daemon and tool logs are
 attached to the report. Tests never skip for lack of root or binary — CI must run them — so a
-missing binary is built with ``cargo build --release -p multihome`` once per session.
+missing binary is built with ``cargo build --release -p multihome`` (or ``-p linkem``) once per
+session.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.linkem import linkem_binary
 from lab.netns import REPO_ROOT, Lab
 from lab.topology import multihome_binary
 
@@ -25,13 +27,11 @@ def root() -> None:
         pytest.fail("the lab tests need root (network namespaces, tc, nftables); run with sudo")
 
 
-@pytest.fixture(scope="session")
-def multihome_bin(root: None) -> Path:
-    """The release binary; built once if it is missing."""
-    path = multihome_binary()
+def _built(path: Path, package: str) -> Path:
+    """``path``, after ``cargo build --release -p package`` if it is missing."""
     if not path.exists():
         res = subprocess.run(
-            ["cargo", "build", "--release", "-p", "multihome"],
+            ["cargo", "build", "--release", "-p", package],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,
@@ -39,8 +39,20 @@ def multihome_bin(root: None) -> Path:
             check=False,
         )
         if res.returncode != 0 or not path.exists():
-            pytest.fail(f"cargo build --release -p multihome failed:\n{res.stderr[-4000:]}")
+            pytest.fail(f"cargo build --release -p {package} failed:\n{res.stderr[-4000:]}")
     return path
+
+
+@pytest.fixture(scope="session")
+def multihome_bin(root: None) -> Path:
+    """The release binary; built once if it is missing."""
+    return _built(multihome_binary(), "multihome")
+
+
+@pytest.fixture(scope="session")
+def linkem_bin(root: None) -> Path:
+    """The link emulator's release binary ($LINKEM_BIN or target/release/linkem)."""
+    return _built(linkem_binary(), "linkem")
 
 
 @pytest.fixture

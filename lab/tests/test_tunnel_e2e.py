@@ -33,14 +33,32 @@ REJECT_RE = re.compile(
 )
 
 
-def two_links(lab: Lab, binary: Path, policy: str = "aggregate", **kw: object) -> Topology:
-    topo = Topology(
-        lab,
-        [LinkSpec("fast", rate_mbit=FAST), LinkSpec("slow", rate_mbit=SLOW)],
-        policy=policy,
-        binary=binary,
-        **kw,  # type: ignore[arg-type]
-    )
+def two_links(
+    lab: Lab,
+    binary: Path,
+    policy: str = "aggregate",
+    *,
+    delays_ms: tuple[float, float] | None = None,
+    **kw: object,
+) -> Topology:
+    """fast + slow links: tbf on direct veths, or with ``delays_ms`` (one-way, fast and slow)
+    linkem links of the same rates with those delays and 150 kB drop-tail queues."""
+    if delays_ms is None:
+        links = [LinkSpec("fast", rate_mbit=FAST), LinkSpec("slow", rate_mbit=SLOW)]
+    else:
+        links = [
+            LinkSpec(
+                name,
+                linkem={
+                    "both": {"rate": f"{rate:g}mbit", "delay": f"{d:g}ms", "queue_bytes": 150_000}
+                },
+                seed=i + 1,
+            )
+            for i, (name, rate, d) in enumerate(
+                (("fast", FAST, delays_ms[0]), ("slow", SLOW, delays_ms[1]))
+            )
+        ]
+    topo = Topology(lab, links, policy=policy, binary=binary, **kw)  # type: ignore[arg-type]
     topo.start()
     return topo
 
@@ -93,16 +111,20 @@ def test_bulk_transfer_intact(lab: Lab, multihome_bin: Path, policy: str, cc: st
         assert res.mbps >= 0.7 * rate * eff, (res.mbps, sent)
 
 
-def test_link_blackholed_mid_transfer(lab: Lab, multihome_bin: Path) -> None:
-    """The fast link dies mid-transfer: detected `down` in time, the TCP flow completes."""
-    topo = two_links(lab, multihome_bin, "aggregate")
+def test_link_cut_mid_transfer(lab: Lab, multihome_bin: Path, linkem_bin: Path) -> None:
+    """The fast link is cut mid-transfer: detected `down` in time, the TCP flow completes.
+
+    linkem links with delay (5 and 15 ms one way); the cut is `linkem down`: the queue is
+    flushed and nothing passes, while both interfaces stay up, as when a modem loses service.
+    """
+    topo = two_links(lab, multihome_bin, "aggregate", delays_ms=(5, 15))
     eff = efficiency(topo)
     mib = 120
     xfer = topo.transfer(mib, "cubic")
     xfer.wait_progress(30 << 20, timeout=30)
-    topo.blackhole(0)
+    topo.link_down(0)
     t_hole = time.monotonic()
-    assert not xfer.done(), "transfer finished before the blackhole; grow it"
+    assert not xfer.done(), "transfer finished before the cut; grow it"
     detect_s = topo.wait_link_state("fast", "down", timeout=10)
     assert detect_s * 1000 <= DETECT_MS + DETECT_SLACK_MS, f"down after {detect_s:.3f}s"
     assert topo.link_states()["slow"] == "up", topo.link_states()
@@ -111,10 +133,33 @@ def test_link_blackholed_mid_transfer(lab: Lab, multihome_bin: Path) -> None:
     res = xfer.wait(timeout=remaining_bits / (0.5 * SLOW * eff * 1e6) + DETECT_MS / 1000 + 10)
     assert res.intact, res
     elapsed = time.monotonic() - t_hole
-    topo.unblackhole(0)
+    topo.link_up(0)
     # Probes keep running on a down link, so it must come back (generous: 10 detect times).
     topo.wait_link_state("fast", "up", timeout=10 * DETECT_MS / 1000)
     print(f"detected down in {detect_s * 1000:.0f} ms; completed {elapsed:.1f} s after hole")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known daemon defect (reported with reproduction, rev d055f6c): at 5/25 ms the "
+    "client sends 99.9 % on the fast link (slow link cwnd stays 32 kB), 63-70 Mbit/s < 88.5; "
+    "strict: this fails once the scheduler is fixed, so the marker must then be removed",
+)
+def test_aggregate_over_unequal_delays(lab: Lab, multihome_bin: Path, linkem_bin: Path) -> None:
+    """DSL/LTE-like one-way delays (5 and 25 ms): 150 MiB intact, faster than the fast link.
+
+    The receiver must hold packets of the fast link for the slow one's extra 20 ms; the claim
+    of `aggregate` is that one TCP flow then still beats the fast link alone (goodput ceiling
+    FAST * eff).
+    """
+    topo = two_links(lab, multihome_bin, "aggregate", delays_ms=(5, 25))
+    eff = efficiency(topo)
+    mib = 150
+    res = topo.transfer(mib, "cubic").wait(timeout=mib * MIB_BITS / (0.5 * SLOW * eff * 1e6) + 10)
+    assert res.intact, res
+    print(f"aggregate over 5/25 ms: {res.mbps:.1f} Mbit/s (fast link ceiling {FAST * eff:.1f})")
+    shares = {lk["name"]: round(lk["share"], 3) for lk in topo.session("client")["links"]}
+    assert res.mbps > FAST * eff, (res.mbps, shares)
 
 
 def test_redundant_udp_under_random_loss(lab: Lab, multihome_bin: Path) -> None:

@@ -1,7 +1,8 @@
 """Paced UDP stream with sequence numbers: loss, duplicates, reordering, one-way latency.
 
 Role: ``send`` emits N datagrams at R packets/s, each carrying ``(seq, send time)``; ``recv``
-counts what arrives and reports lost, duplicated and reordered packets and latency percentiles.
+counts what arrives and reports lost, duplicated and reordered packets and latency percentiles
+(and, with ``--log``, every packet's send and receive times, for plots).
 
 Invariants: timestamps are CLOCK_MONOTONIC nanoseconds, which all network namespaces of one
 host share, so sender and receiver in different namespaces measure true one-way latency.
@@ -64,6 +65,7 @@ def recv(args: argparse.Namespace) -> int:
     reordered = 0
     max_seq = -1
     latencies_ms: list[float] = []
+    packets: list[tuple[int, int, int]] = []  # (seq, sent ns, received ns), for --log
     start = time.monotonic()
     last_rx = None
     while len(seen) < args.count:
@@ -90,6 +92,11 @@ def recv(args: argparse.Namespace) -> int:
             reordered += 1  # arrived after a higher sequence number (RFC 4737 style)
         max_seq = max(max_seq, seq)
         latencies_ms.append((recv_ns - sent_ns) / 1e6)
+        if args.log:
+            packets.append((seq, sent_ns, recv_ns))
+    if args.log:
+        with open(args.log, "w") as f:
+            json.dump(packets, f)
     latencies_ms.sort()
     lost = args.count - len(seen)
     result(
@@ -126,6 +133,7 @@ def main() -> int:
     r.add_argument("--count", type=int, default=2000)
     r.add_argument("--idle", type=float, default=3.0)
     r.add_argument("--deadline", type=float, default=120.0)
+    r.add_argument("--log", help="write every first copy as [seq, sent ns, received ns] (JSON)")
     args = parser.parse_args()
     return send(args) if args.mode == "send" else recv(args)
 

@@ -4,7 +4,8 @@
 //! `tokio::io::unix::AsyncFd`) small, synchronous, nonblocking building blocks:
 //!
 //! - [`tun`]: the TUN device carrying the tunnelled IP packets (optionally with TSO offload
-//!   and the [`tun::split_gso`] helper that cuts super-packets into MTU-sized packets);
+//!   and the [`tun::split_gso`] helper that cuts super-packets into MTU-sized packets, and
+//!   [`tun::GroBatch`] that merges received TCP segments into super-packets);
 //! - [`udp`]: one UDP socket per local link, pinned to its interface, with batched
 //!   `recvmmsg`/`sendmmsg` I/O;
 //! - [`netlink`]: link/address change notifications and link, address and route changes;

@@ -7,4 +7,5 @@ pub mod control;
 pub mod daemon;
 pub mod keyfile;
 pub mod metrics;
+pub mod race;
 pub mod status;

@@ -39,6 +39,8 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run the racing gateway: each new TCP connection from the LAN raced over every uplink.
+    Race(multihome::race::RaceArgs),
     /// Show sessions and links of a running client or server.
     Status {
         /// Control socket (default: the client's, else the server's).
@@ -80,6 +82,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Client { config } => daemon::client::run(&config),
         Cmd::Server { config } => daemon::server::run(&config),
+        Cmd::Race(args) => multihome::race::run(args),
         Cmd::Status { socket, json } => status::query(socket, json),
     }
 }

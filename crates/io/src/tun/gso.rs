@@ -15,14 +15,14 @@
 /// Size of `struct virtio_net_hdr` preceding each packet on an offload TUN.
 pub const VNET_HDR_LEN: usize = 10;
 
-const F_NEEDS_CSUM: u8 = 1;
-const GSO_NONE: u8 = 0;
-const GSO_TCPV4: u8 = 1;
-const GSO_TCPV6: u8 = 4;
+pub(crate) const F_NEEDS_CSUM: u8 = 1;
+pub(crate) const GSO_NONE: u8 = 0;
+pub(crate) const GSO_TCPV4: u8 = 1;
+pub(crate) const GSO_TCPV6: u8 = 4;
 const GSO_ECN: u8 = 0x80;
 
 const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
+pub(crate) const TCP_PSH: u8 = 0x08;
 const TCP_CWR: u8 = 0x80;
 
 /// Why a frame could not be split.
@@ -167,16 +167,33 @@ fn split_tcp(
     Ok(count)
 }
 
-/// One's-complement sum of big-endian 16-bit words (odd tail padded with zero), unfolded.
-pub(crate) fn sum(mut acc: u64, data: &[u8]) -> u64 {
-    let mut words = data.chunks_exact(2);
+/// One's-complement sum of big-endian 16-bit words (odd tail padded with zero), partly folded:
+/// the result is at most 2^32, so callers may add small terms (lengths, protocol) to it.
+///
+/// Why 64-bit words: one's-complement addition is addition modulo 0xffff, and 2^64 - 1 is a
+/// multiple of 0xffff, so adding big-endian 64-bit words with end-around carry and folding
+/// afterwards gives the 16-bit sum with a quarter of the additions (this runs over every
+/// payload byte, see `gro`). The sum is zero only for all-zero data, as with 16-bit words.
+pub(crate) fn sum(acc: u64, data: &[u8]) -> u64 {
+    fn add(acc: u64, v: u64) -> u64 {
+        let (s, carry) = acc.overflowing_add(v);
+        s + u64::from(carry) // cannot overflow: with a carry, s <= 2^64 - 2
+    }
+    let mut acc = acc;
+    let mut words = data.chunks_exact(8);
     for w in &mut words {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        acc = add(acc, u64::from_be_bytes(w.try_into().expect("8-byte chunk")));
     }
-    if let [last] = words.remainder() {
-        acc += u64::from(*last) << 8;
+    let mut pairs = words.remainder().chunks_exact(2);
+    for w in &mut pairs {
+        acc = add(acc, u64::from(u16::from_be_bytes([w[0], w[1]])));
     }
-    acc
+    if let [last] = pairs.remainder() {
+        acc = add(acc, u64::from(*last) << 8);
+    }
+    // 2^32 - 1 is a multiple of 0xffff too: reduce to 33 bits without changing the result.
+    let acc = (acc & 0xffff_ffff) + (acc >> 32);
+    (acc & 0xffff_ffff) + (acc >> 32)
 }
 
 /// Folds a sum into 16 bits with end-around carry.

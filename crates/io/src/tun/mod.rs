@@ -7,11 +7,13 @@
 //! - The device is created with `IFF_TUN | IFF_NO_PI`: every `recv`/`send` is exactly one IP
 //!   packet (IPv4 or IPv6, told apart by the version nibble), no extra header. With offload
 //!   ([`Tun::create_with_offload`]) a 10-byte `virtio_net_hdr` precedes every packet read,
-//!   see [`gso`].
+//!   see [`gso`]. Frames written with [`Tun::send_frame`] carry their own header, e.g. the
+//!   TCP super-packets built by [`gro::GroBatch`].
 //! - The device is not persistent: it exists exactly as long as the [`Tun`] (its fd).
 //! - The fd is nonblocking and close-on-exec: wrap it in `AsyncFd` for readiness.
 //! - After `create*` returns, the link has the requested MTU and is up.
 
+pub mod gro;
 pub mod gso;
 
 use std::ffi::CStr;
@@ -23,6 +25,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use ipnet::IpNet;
 
 use crate::netlink::{self, NetlinkError};
+pub use gro::{GroBatch, GroError};
 pub use gso::{split_gso, GsoError, VNET_HDR_LEN};
 
 /// Errors creating or configuring a [`Tun`]. (Packet I/O returns `io::Error`.)
@@ -227,6 +230,26 @@ impl Tun {
             // SAFETY: the kernel reads at most pkt.len() bytes from pkt.
             unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) }
         };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Writes one frame that starts with its own `virtio_net_hdr` (as emitted by
+    /// [`GroBatch::flush`]); returns the bytes written, header included. Only for a device
+    /// created with offload: `InvalidInput` otherwise, since the kernel would take the header
+    /// for the start of an IP packet.
+    pub fn send_frame(&self, frame: &[u8]) -> io::Result<usize> {
+        if !self.offload {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "send_frame needs a TUN created with offload (virtio_net_hdr)",
+            ));
+        }
+        // SAFETY: the kernel reads at most frame.len() bytes from frame.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {

@@ -5,7 +5,7 @@
 //! appears later — is (re)bound and used without a restart.
 
 use super::{
-    block_on, drain, read_tun, register, setup_tun, shutdown_signal, write_tun, Clock, TxBatch,
+    block_on, drain, read_tun, register, setup_tun, shutdown_signal, Clock, TunWriter, TxBatch,
     BUF_BYTES,
 };
 use crate::config::{self, ClientSettings, ConfigError, Source};
@@ -132,6 +132,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
     let mut batch = TxBatch::new();
+    let mut tun_writer = TunWriter::default();
     let mut frame = vec![0u8; BUF_BYTES + mhio::tun::VNET_HDR_LEN];
     let mut scratch = Vec::new();
     let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
@@ -140,7 +141,14 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     tokio::pin!(shutdown);
     let mut was_established = false;
     loop {
-        flush(&clock, &mut core, &mut links, &tun, &mut batch);
+        flush(
+            &clock,
+            &mut core,
+            &mut links,
+            &tun,
+            &mut batch,
+            &mut tun_writer,
+        );
         if core.is_established() != was_established {
             was_established = core.is_established();
             tracing::info!(established = was_established, "session");
@@ -202,7 +210,14 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     }
     tracing::info!("shutting down");
     core.close();
-    flush(&clock, &mut core, &mut links, &tun, &mut batch);
+    flush(
+        &clock,
+        &mut core,
+        &mut links,
+        &tun,
+        &mut batch,
+        &mut tun_writer,
+    );
     Ok(())
 }
 
@@ -236,6 +251,7 @@ fn flush(
     links: &mut [LinkRt],
     tun: &AsyncFd<mhio::tun::Tun>,
     batch: &mut TxBatch,
+    tun_writer: &mut TunWriter,
 ) {
     let now = clock.now();
     let mut gone = Vec::new();
@@ -254,9 +270,7 @@ fn flush(
             core.set_link_available(now, PathId(i as u8), false);
         }
     }
-    while let Some(p) = core.poll_deliver() {
-        write_tun(tun, &p);
-    }
+    tun_writer.write_all(tun, || core.poll_deliver());
     while let Some(e) = core.poll_event() {
         tracing::info!(event = ?e, "session event");
     }

@@ -2,7 +2,7 @@
 //! driving `proto::Server`.
 
 use super::{
-    block_on, drain, read_tun, register, setup_tun, shutdown_signal, write_tun, Clock, TxBatch,
+    block_on, drain, read_tun, register, setup_tun, shutdown_signal, Clock, TunWriter, TxBatch,
     BUF_BYTES,
 };
 use crate::config::{self, ConfigError, ServerSettings, Source};
@@ -88,13 +88,14 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
     };
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
     let mut batch = TxBatch::new();
+    let mut tun_writer = TunWriter::default();
     let mut frame = vec![0u8; BUF_BYTES + mhio::tun::VNET_HDR_LEN];
     let mut scratch = Vec::new();
     let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
-        flush(&clock, &mut core, &sock, &tun, &mut batch);
+        flush(&clock, &mut core, &sock, &tun, &mut batch, &mut tun_writer);
         let sleep = tokio::time::sleep_until(clock.deadline(core.poll_timeout()));
         tokio::select! {
             _ = &mut shutdown => break,
@@ -140,6 +141,7 @@ fn flush(
     sock: &AsyncFd<LinkSocket>,
     tun: &AsyncFd<mhio::tun::Tun>,
     batch: &mut TxBatch,
+    tun_writer: &mut TunWriter,
 ) {
     let now = clock.now();
     let send = |b: &mut TxBatch| {
@@ -153,9 +155,7 @@ fn flush(
         send(batch);
     }
     send(batch);
-    while let Some(p) = core.poll_deliver() {
-        write_tun(tun, &p);
-    }
+    tun_writer.write_all(tun, || core.poll_deliver());
     while let Some((peer, e)) = core.poll_event() {
         tracing::info!(peer, event = ?e, "session event");
     }

@@ -303,7 +303,11 @@ impl Path {
         if eliciting && self.first_unacked_time.is_none() {
             self.first_unacked_time = Some(now);
         }
-        self.last_sent_time = Some(now);
+        if eliciting {
+            // ACK-only datagrams do not count as activity: a side that only acknowledges
+            // must still PING, or its own RTT and liveness view would go stale.
+            self.last_sent_time = Some(now);
+        }
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += bytes as u64;
         seq

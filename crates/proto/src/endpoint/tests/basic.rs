@@ -66,7 +66,7 @@ fn redundant_masks_random_loss_without_duplicates() {
 }
 
 /// One lossy, rate-limited aggregate run; returns what each side delivered, with times.
-fn lossy_run(seed: u64) -> (Vec<(Instant, Vec<u8>)>, Vec<(Instant, Vec<u8>)>) {
+fn lossy_run(seed: u64) -> (Delivered, Delivered) {
     let mut a = Link::new(10, Some(20.0));
     a.loss = 0.05;
     let mut b = Link::new(25, Some(5.0));

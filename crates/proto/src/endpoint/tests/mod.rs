@@ -84,6 +84,9 @@ struct Sent {
     len: usize,
 }
 
+/// IP packets handed to one side's TUN device, with the time.
+type Delivered = Vec<(Instant, Vec<u8>)>;
+
 struct Pair {
     now: Instant,
     client: Client,
@@ -95,8 +98,8 @@ struct Pair {
     heap: BinaryHeap<Reverse<Flight>>,
     seq: u64,
     rng: ChaCha8Rng,
-    delivered_up: Vec<(Instant, Vec<u8>)>,
-    delivered_down: Vec<(Instant, Vec<u8>)>,
+    delivered_up: Delivered,
+    delivered_down: Delivered,
     client_events: Vec<(Instant, Event)>,
     server_events: Vec<(Instant, Event)>,
     sent: Vec<Sent>,

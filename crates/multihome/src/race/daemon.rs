@@ -1,0 +1,302 @@
+//! The racing gateway's event loop: accept diverted connections, race each one, relay the
+//! winner, probe uplinks, answer the control socket.
+//!
+//! One current-thread tokio runtime; the shared state (`proto::race::Gateway`, counters)
+//! sits in a `RefCell` borrowed only between awaits, so it needs no locks. Each connection
+//! is a local task: it drives its `Race` (attempts are tasks of their own whose results come
+//! back over a channel, so a loser can be aborted at once), then relays with splice. The
+//! gateway's `max_connections` bound covers the whole life of a connection (race and
+//! relay): past it new connections are reset at once and a rate-limited log line says so.
+
+use super::attempt;
+use super::config::RaceSettings;
+use super::setup::{self, Interception, UplinkAddrs};
+use super::splice;
+use crate::control::ControlSocket;
+use crate::daemon::{block_on, shutdown_signal, Clock};
+use anyhow::{Context, Result};
+use proto::race::{Action, AttemptState, Gateway, Race, RaceError, UplinkId, MAX_UPLINKS};
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// How often at most the "connection limit reached" line is logged.
+const BUSY_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// State shared by the connection tasks.
+pub struct Shared {
+    /// The sans-IO core.
+    pub gw: RefCell<Gateway>,
+    /// Core time.
+    pub clock: Clock,
+    /// Settings.
+    pub settings: RaceSettings,
+    /// Uplink addresses found at start-up.
+    pub addrs: Vec<UplinkAddrs>,
+    /// Bytes relayed (client → origin, origin → client) by finished connections.
+    pub relayed: Cell<(u64, u64)>,
+    /// Connections relayed now.
+    pub relaying: Cell<u64>,
+    last_busy_log: Cell<Option<std::time::Instant>>,
+}
+
+/// Runs the gateway until SIGINT/SIGTERM.
+pub fn run(settings: RaceSettings) -> Result<()> {
+    raise_fd_limit();
+    block_on(async move {
+        let addrs = setup::uplink_addresses(&settings.uplinks)?;
+        let listeners = attempt::listeners(settings.listen_port).with_context(|| {
+            format!(
+                "opening the transparent listener on port {}",
+                settings.listen_port
+            )
+        })?;
+        let interception = Interception::install(&settings, &addrs)?;
+        let control = ControlSocket::bind(&settings.control_socket)?;
+        let seed = match settings.seed {
+            Some(s) => s,
+            None => u64::from_le_bytes(crate::daemon::os_seed()?[..8].try_into()?),
+        };
+        let clock = Clock::new();
+        let gw = Gateway::new(settings.gateway.clone(), seed, clock.now())?;
+        let sh = Rc::new(Shared {
+            gw: RefCell::new(gw),
+            clock,
+            settings,
+            addrs,
+            relayed: Cell::new((0, 0)),
+            relaying: Cell::new(0),
+            last_busy_log: Cell::new(None),
+        });
+        tracing::info!(
+            "racing TCP from {:?} over {} uplinks with predictor {} (listener port {})",
+            sh.settings.lan_interfaces,
+            sh.settings.uplinks.len(),
+            sh.settings.gateway.predictor.name(),
+            sh.settings.listen_port
+        );
+        for l in listeners {
+            tokio::task::spawn_local(accept_loop(sh.clone(), l));
+        }
+        if sh.settings.probe_target.is_some() {
+            tokio::task::spawn_local(probe_loop(sh.clone()));
+        }
+        let stop = shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                conn = control.accept() => {
+                    if let Ok(stream) = conn {
+                        let doc = super::status::document(&sh);
+                        crate::control::reply(stream, doc.to_string());
+                    }
+                }
+            }
+        }
+        tracing::info!("stopping: removing interception");
+        drop(interception);
+        Ok(())
+    })
+}
+
+/// Lets hundreds of races (N+1 sockets and 4 pipe ends each) have their descriptors.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+async fn accept_loop(sh: Rc<Shared>, listener: tokio::net::TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((client, _)) => {
+                tokio::task::spawn_local(connection(sh.clone(), client));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Frees the connection's slot in the gateway however the task ends.
+struct Slot(Rc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.gw.borrow_mut().release();
+    }
+}
+
+async fn connection(sh: Rc<Shared>, client: TcpStream) {
+    let (Ok(dst), Ok(src)) = (client.local_addr(), client.peer_addr()) else {
+        return;
+    };
+    let dscp = attempt::client_dscp(&client);
+    let begun = sh.gw.borrow_mut().begin(sh.clock.now(), dst.ip(), dscp);
+    let mut race = match begun {
+        Ok(r) => r,
+        Err(RaceError::Busy { limit }) => {
+            log_busy(&sh, limit);
+            attempt::reset(client);
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("{src} -> {dst}: {e}");
+            attempt::reset(client);
+            return;
+        }
+    };
+    let _slot = Slot(sh.clone());
+    let winner = drive(&sh, &mut race, dst).await;
+    sh.gw.borrow_mut().end_race(sh.clock.now(), dst.ip(), &race);
+    let Some((uplink, origin)) = winner else {
+        tracing::debug!(
+            "{src} -> {dst}: every uplink failed ({:?}); resetting the client",
+            race.outcome()
+        );
+        attempt::reset(client);
+        return;
+    };
+    tracing::debug!(
+        "{src} -> {dst}: using uplink {}",
+        sh.settings.uplinks[uplink.index()].name
+    );
+    sh.relaying.set(sh.relaying.get() + 1);
+    let res = splice::relay(client, origin).await;
+    sh.relaying.set(sh.relaying.get() - 1);
+    match res {
+        Ok(r) => {
+            let (up, down) = sh.relayed.get();
+            sh.relayed.set((up + r.up, down + r.down));
+        }
+        Err(e) => tracing::debug!("{src} -> {dst}: relay ended: {e}"),
+    }
+}
+
+fn log_busy(sh: &Shared, limit: usize) {
+    let now = std::time::Instant::now();
+    if sh
+        .last_busy_log
+        .get()
+        .is_none_or(|t| now.duration_since(t) >= BUSY_LOG_EVERY)
+    {
+        sh.last_busy_log.set(Some(now));
+        let refused = sh.gw.borrow().status().busy_refusals;
+        tracing::warn!(
+            "connection limit reached: {limit} connections are being raced or relayed; new \
+             connections are reset until some finish ({refused} so far). Raise max_connections \
+             in [race] if the host has the file descriptors"
+        );
+    }
+}
+
+type AttemptResult = (UplinkId, io::Result<TcpStream>);
+
+/// Drives one race to its decision; returns the chosen uplink's connection.
+async fn drive(sh: &Rc<Shared>, race: &mut Race, dst: SocketAddr) -> Option<(UplinkId, TcpStream)> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<AttemptResult>();
+    let mut tasks: [Option<JoinHandle<()>>; MAX_UPLINKS] = Default::default();
+    let mut connected: [Option<TcpStream>; MAX_UPLINKS] = Default::default();
+    let mut winner = None;
+    loop {
+        while let Some(action) = race.poll_action() {
+            match action {
+                Action::Start(u) => {
+                    let (sh2, tx) = (sh.clone(), tx.clone());
+                    tasks[u.index()] = Some(tokio::task::spawn_local(async move {
+                        let up = &sh2.settings.uplinks[u.index()];
+                        let res = attempt::connect(&up.interface, sh2.addrs[u.index()], dst).await;
+                        let _ = tx.send((u, res));
+                    }));
+                }
+                Action::Close(u) => {
+                    if let Some(t) = tasks[u.index()].take() {
+                        t.abort(); // drops the connecting socket
+                    }
+                    if let Some(s) = connected[u.index()].take() {
+                        attempt::reset(s);
+                    }
+                }
+                Action::Use(u) => {
+                    tasks[u.index()] = None;
+                    winner = connected[u.index()].take().map(|s| (u, s));
+                }
+                Action::RefuseClient => {}
+            }
+        }
+        if race.outcome().is_some() {
+            break;
+        }
+        let deadline = sh.clock.deadline(race.poll_timeout());
+        tokio::select! {
+            Some((u, res)) = rx.recv() => {
+                let now = sh.clock.now();
+                let pending = matches!(race.state(u), Some(AttemptState::Pending(_)));
+                match res {
+                    Ok(s) if pending => {
+                        connected[u.index()] = Some(s);
+                        race.handle_connected(now, u);
+                    }
+                    Ok(s) => attempt::reset(s),
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => race.handle_refused(now, u),
+                    Err(e) => {
+                        tracing::debug!("attempt over uplink {} to {dst}: {e}", u.0);
+                        race.handle_failed(now, u);
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => race.handle_timeout(sh.clock.now()),
+        }
+    }
+    for t in tasks.iter_mut().filter_map(Option::take) {
+        t.abort();
+    }
+    // A loser whose handshake completed while the decision was being made: reset it.
+    rx.close();
+    while let Ok((_, res)) = rx.try_recv() {
+        if let Ok(s) = res {
+            attempt::reset(s);
+        }
+    }
+    winner
+}
+
+async fn probe_loop(sh: Rc<Shared>) {
+    let Some(target) = sh.settings.probe_target else {
+        return;
+    };
+    let interval = sh
+        .settings
+        .gateway
+        .probe_interval
+        .unwrap_or(Duration::from_secs(1));
+    // A probe slower than the period (or 3 s) counts as lost: the next one is due anyway.
+    let timeout = interval.min(Duration::from_secs(3));
+    loop {
+        let next = sh.gw.borrow().probe_timeout();
+        tokio::time::sleep_until(sh.clock.deadline(next)).await;
+        loop {
+            let due = sh.gw.borrow_mut().poll_probe(sh.clock.now());
+            let Some(u) = due else { break };
+            let sh2 = sh.clone();
+            tokio::task::spawn_local(async move {
+                let up = &sh2.settings.uplinks[u.index()];
+                let rtt =
+                    attempt::probe(&up.interface, sh2.addrs[u.index()], target, timeout).await;
+                sh2.gw.borrow_mut().handle_probe(u, rtt);
+            });
+        }
+    }
+}

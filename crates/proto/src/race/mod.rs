@@ -1,0 +1,59 @@
+//! The racing gateway's decisions (seed 000: MultiNAT and AvMet), sans-IO.
+//!
+//! A gateway with several uplinks opens each new TCP connection over every uplink (or over
+//! the ones its predictor names), keeps one and closes the rest. Everything that *decides*
+//! lives here, driven with injected time and a seeded RNG, so the daemon
+//! (`multihome race`), the offline replay of a fetch dataset and the tests run the very
+//! same code:
+//!
+//! - [`avmet`]: the EWMA of which uplink connected first (seed §4.4), generalised to N.
+//! - [`probe`]: an ETT-like metric per uplink from periodic probes (seed §2.2, §4.3.2).
+//! - [`predictor`]: the five predictors (`race`, `avmet`, `static`, `probe`, `stagger`)
+//!   turned into a [`Plan`] per connection: which uplinks to try, when, which one is
+//!   preferred and how long a completion elsewhere is held back (the SYN-ACK delay queue).
+//! - [`conn`]: one connection's race ([`Race`]): the seed's reset rules (§3.1).
+//! - [`gateway`]: many races: per-uplink counters, predictor state global or per
+//!   destination, the bound on concurrent races, DSCP pins, probe schedule.
+//!
+//! Invariants: no clock reads (every entry point takes `now`), no global RNG (the gateway
+//! owns a ChaCha8 seeded by the driver), every table is bounded.
+
+pub mod avmet;
+pub mod conn;
+pub mod gateway;
+pub mod predictor;
+pub mod probe;
+
+pub use conn::{Action, AttemptState, Outcome, Race};
+pub use gateway::{Gateway, GatewayConfig, GatewayStatus, Scope, UplinkCounters};
+pub use predictor::{Plan, Predictor, PredictorConfig};
+
+/// Index of an uplink in the gateway's configuration (0-based, at most [`MAX_UPLINKS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UplinkId(pub u8);
+
+impl UplinkId {
+    /// The index as a `usize`, for slices.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Most uplinks one gateway races over (a race is a handful of sockets per connection).
+pub const MAX_UPLINKS: usize = 8;
+
+/// Errors of the racing core.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RaceError {
+    /// Too many races at once; the caller should refuse or delay the new connection.
+    #[error(
+        "{limit} connections are being raced or relayed; new ones are refused until some finish"
+    )]
+    Busy {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// A configuration value out of range.
+    #[error("invalid race configuration: {0}")]
+    Config(String),
+}

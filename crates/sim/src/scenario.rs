@@ -1,0 +1,410 @@
+//! Scenarios as data: the TOML schema of one simulated run, and its validation.
+//!
+//! A scenario names the links of each client (each a chain of hops, every hop one linkem
+//! direction pair so the simulator and the lab emulate links with the same model), the
+//! tunnel's configuration (or no tunnel at all, for baselines), the traffic, and the run
+//! length and seeds. Sweeps (`[[sweep]]` axes) are expanded by `sweep.rs` before this
+//! schema sees the table, so a `Scenario` is always one concrete run.
+//!
+//! Invariants: unknown keys are errors; every link has at least one hop; every flow's
+//! parameters are checked here, so the world never meets an impossible configuration.
+
+use linkem::config::DirectionPatch;
+use linkem::units::{serde_duration, Bandwidth};
+use linkem::DirectionParams;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Errors from reading or checking a scenario.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has unknown keys or values of the wrong type.
+    #[error("scenario: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// A hop's link parameters are invalid (bad trace file, outage window, …).
+    #[error("link {link} hop {hop}: {source}")]
+    Link {
+        /// Link index.
+        link: usize,
+        /// Hop index (after `count` expansion).
+        hop: usize,
+        /// linkem's complaint.
+        source: linkem::config::ConfigError,
+    },
+    /// A value is out of range or inconsistent; the text says which and why.
+    #[error("scenario: {0}")]
+    Invalid(String),
+}
+
+fn default_seeds() -> Vec<u64> {
+    vec![1]
+}
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_detect() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_failback() -> Duration {
+    Duration::from_secs(3)
+}
+fn default_start() -> Duration {
+    Duration::from_millis(500)
+}
+
+/// One concrete run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name (results go to `sim/results/<name>/`).
+    pub name: String,
+    /// What the scenario studies.
+    #[serde(default)]
+    pub description: String,
+    /// Simulated time.
+    #[serde(deserialize_with = "serde_duration::required")]
+    pub duration: Duration,
+    /// Seeds; each is one run per sweep point.
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    /// Number of clients (each gets every link and every flow), served by one server.
+    #[serde(default = "one")]
+    pub clients: u32,
+    /// The tunnel.
+    #[serde(default)]
+    pub tunnel: TunnelSpec,
+    /// Links of each client, in path-id order.
+    pub links: Vec<LinkSpec>,
+    /// Traffic.
+    #[serde(default)]
+    pub flows: Vec<FlowSpec>,
+    /// Optional measurements.
+    #[serde(default)]
+    pub metrics: MetricsSpec,
+}
+
+/// Which aggregate scheduler the core runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulerSpec {
+    /// Earliest expected arrival (the core's default).
+    #[default]
+    Earliest,
+    /// Weighted round-robin by bandwidth (the baseline).
+    Weighted,
+}
+
+/// A flow policy as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicySpec {
+    /// Striped over all paths.
+    #[default]
+    Aggregate,
+    /// One path, the best.
+    Best,
+    /// Copies on every path.
+    Redundant,
+}
+
+impl PolicySpec {
+    /// The core's policy.
+    pub fn to_proto(self) -> proto::policy::Policy {
+        match self {
+            PolicySpec::Aggregate => proto::policy::Policy::Aggregate,
+            PolicySpec::Best => proto::policy::Policy::Best,
+            PolicySpec::Redundant => proto::policy::Policy::Redundant { copies: None },
+        }
+    }
+}
+
+/// The tunnel's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelSpec {
+    /// `false`: flows use link 0 directly, without the tunnel (baseline).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Aggregate scheduler.
+    #[serde(default)]
+    pub scheduler: SchedulerSpec,
+    /// Default policy (flows may override theirs).
+    #[serde(default)]
+    pub policy: PolicySpec,
+    /// Dead-path detection time.
+    #[serde(
+        default = "default_detect",
+        deserialize_with = "serde_duration::required"
+    )]
+    pub detect: Duration,
+    /// `best` failback hold.
+    #[serde(
+        default = "default_failback",
+        deserialize_with = "serde_duration::required"
+    )]
+    pub failback_hold: Duration,
+}
+
+impl Default for TunnelSpec {
+    fn default() -> Self {
+        TunnelSpec {
+            enabled: true,
+            scheduler: SchedulerSpec::Earliest,
+            policy: PolicySpec::Aggregate,
+            detect: default_detect(),
+            failback_hold: default_failback(),
+        }
+    }
+}
+
+/// One link: a chain of hops from the client to the server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Name for reports.
+    #[serde(default)]
+    pub name: String,
+    /// Hops, client side first.
+    pub hops: Vec<HopSpec>,
+}
+
+/// One hop (or `count` identical hops): linkem parameters, `up` = client → server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HopSpec {
+    /// How many identical hops this entry stands for.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Both directions.
+    #[serde(default)]
+    pub both: DirectionPatch,
+    /// Client → server overrides.
+    #[serde(default)]
+    pub up: DirectionPatch,
+    /// Server → client overrides.
+    #[serde(default)]
+    pub down: DirectionPatch,
+}
+
+/// Direction of a flow's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Client → origin (upload).
+    Up,
+    /// Origin → client (download).
+    #[default]
+    Down,
+}
+
+/// What a flow is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowKind {
+    /// One TCP-like transfer (`bytes`, or until the end).
+    #[default]
+    Bulk,
+    /// Sequential TCP-like object fetches with think time.
+    Web,
+    /// Constant-rate UDP (VoIP-like).
+    Cbr,
+    /// Constant-rate UDP without inner transport, meant to keep the tunnel backlogged
+    /// (offered above capacity): seed 003's source that always has chunks.
+    Saturate,
+}
+
+/// Object size distribution of web flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SizeDist {
+    /// Every object has the mean size.
+    #[default]
+    Fixed,
+    /// Exponential.
+    Exp,
+    /// Pareto with shape `pareto_shape`.
+    Pareto,
+}
+
+/// One flow (every client runs each flow once).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSpec {
+    /// Name for reports (default: kind and index).
+    #[serde(default)]
+    pub name: String,
+    /// What it is.
+    pub kind: FlowKind,
+    /// Where its data goes.
+    pub direction: Direction,
+    /// Start time.
+    #[serde(
+        default = "default_start",
+        deserialize_with = "serde_duration::required"
+    )]
+    pub start: Duration,
+    /// Bulk: bytes to transfer (`None`: until the end of the run).
+    pub bytes: Option<u64>,
+    /// CBR / saturate: rate, e.g. `"64kbit"`.
+    pub rate: Option<String>,
+    /// CBR / saturate: IP packet size.
+    pub packet_bytes: Option<usize>,
+    /// Policy of this flow (default: the tunnel's).
+    pub policy: Option<PolicySpec>,
+    /// TCP maximum segment size (default: what fits the tunnel MTU, or 1460 direct).
+    pub mss: Option<u32>,
+    /// Web: number of objects.
+    pub objects: Option<u32>,
+    /// Web: mean object size.
+    pub object_bytes: Option<u64>,
+    /// Web: size distribution.
+    #[serde(default)]
+    pub size_dist: SizeDist,
+    /// Web: Pareto shape (> 1).
+    pub pareto_shape: Option<f64>,
+    /// Web: mean think time between objects (exponential).
+    #[serde(default, deserialize_with = "serde_duration::option")]
+    pub think: Option<Duration>,
+}
+
+/// Optional measurements (each costs memory or time).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// Record the arrival order of striped packets at each receiver (reorder density and
+    /// buffer occupancy as in seed 003 §4.3). Only meaningful for single-copy policies.
+    #[serde(default)]
+    pub reorder_trace: bool,
+}
+
+/// The linkem parameters of every hop of a link, `count` expanded: (up, down) per hop,
+/// client side first.
+pub fn hop_params(
+    link_idx: usize,
+    link: &LinkSpec,
+    base: &Path,
+) -> Result<Vec<(DirectionParams, DirectionParams)>, ScenarioError> {
+    let mut out = Vec::new();
+    for spec in &link.hops {
+        for _ in 0..spec.count {
+            let hop = out.len();
+            let err = |source| ScenarioError::Link {
+                link: link_idx,
+                hop,
+                source,
+            };
+            let mut up = DirectionParams::default();
+            let mut down = DirectionParams::default();
+            spec.both.apply_to(&mut up, base).map_err(err)?;
+            spec.both.apply_to(&mut down, base).map_err(err)?;
+            spec.up.apply_to(&mut up, base).map_err(err)?;
+            spec.down.apply_to(&mut down, base).map_err(err)?;
+            out.push((up, down));
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a rate string such as `"10mbit"`.
+pub fn parse_rate(s: &str) -> Result<Bandwidth, ScenarioError> {
+    s.parse()
+        .map_err(|e| ScenarioError::Invalid(format!("rate {s:?}: {e}")))
+}
+
+impl Scenario {
+    /// Parses and checks one concrete scenario from a TOML table.
+    pub fn from_table(table: toml::Table) -> Result<Scenario, ScenarioError> {
+        let s: Scenario = toml::Value::Table(table).try_into()?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    fn validate(&self) -> Result<(), ScenarioError> {
+        let bad = |m: String| Err(ScenarioError::Invalid(m));
+        if self.links.is_empty() || self.links.len() > proto::sched::MAX_PATHS {
+            return bad(format!(
+                "{} links; need 1..={}",
+                self.links.len(),
+                proto::sched::MAX_PATHS
+            ));
+        }
+        if let Some(i) = self.links.iter().position(|l| l.hops.is_empty()) {
+            return bad(format!("link {i} has no hops"));
+        }
+        if self
+            .links
+            .iter()
+            .flat_map(|l| &l.hops)
+            .any(|h| h.count == 0)
+        {
+            return bad("a hop has count = 0".into());
+        }
+        if self.clients == 0 || self.clients > 60_000 {
+            return bad(format!("clients = {}; need 1..=60000", self.clients));
+        }
+        if self.seeds.is_empty() {
+            return bad("seeds is empty".into());
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            self.validate_flow(i, f)?;
+        }
+        Ok(())
+    }
+
+    fn validate_flow(&self, i: usize, f: &FlowSpec) -> Result<(), ScenarioError> {
+        let bad = |m: &str| Err(ScenarioError::Invalid(format!("flow {i}: {m}")));
+        match f.kind {
+            FlowKind::Cbr | FlowKind::Saturate => {
+                let Some(rate) = &f.rate else {
+                    return bad("needs rate");
+                };
+                parse_rate(rate)?;
+                let size = f.packet_bytes.unwrap_or(200);
+                if !(40..=1374).contains(&size) {
+                    return bad("packet_bytes must be 40..=1374 (tunnel MTU)");
+                }
+            }
+            FlowKind::Web => {
+                if f.objects.unwrap_or(0) == 0 || f.objects.unwrap_or(0) > 10_000 {
+                    return bad("web needs objects in 1..=10000");
+                }
+                if f.object_bytes.unwrap_or(0) == 0 {
+                    return bad("web needs object_bytes > 0");
+                }
+                if f.pareto_shape.is_some_and(|a| a <= 1.0) {
+                    return bad("pareto_shape must be > 1 (finite mean)");
+                }
+            }
+            FlowKind::Bulk => {
+                if f.bytes == Some(0) {
+                    return bad("bytes must be > 0");
+                }
+            }
+        }
+        if f.mss.is_some_and(|m| !(100..=1460).contains(&m)) {
+            return bad("mss must be 100..=1460");
+        }
+        Ok(())
+    }
+}
+
+/// Reads a scenario file into a TOML table (sweeps not expanded yet).
+pub fn read_table(path: &Path) -> Result<toml::Table, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(toml::from_str(&text)?)
+}

@@ -1,0 +1,389 @@
+//! Traffic sources and sinks: what the applications behind the client and at the origin
+//! do. Bulk and web flows run the TCP-like model of `tcp.rs`; CBR flows send UDP at a
+//! constant rate with a sequence number and send time inside, so the receiver measures
+//! loss, one-way latency and jitter.
+//!
+//! Each app owns a contiguous range of client-side ports (one connection per port; web
+//! flows use two per object: request up, response down), so the world dispatches a packet
+//! to its app by (client, client port) alone. Apps emit packets tagged with the side they
+//! leave from; the world carries them through the tunnel or the bare link.
+//!
+//! Invariants: an app's deadline is the minimum of its connections' timers and its own
+//! next action; an app never emits a packet before its start time.
+
+use crate::packet::{self, Addrs, Body, Parsed};
+use crate::scenario::{Direction, FlowKind, FlowSpec, SizeDist};
+use crate::stats::{Histogram, TrafficReport};
+use crate::tcp::{TcpConfig, TcpReceiver, TcpSender, TcpStats};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp, Pareto};
+use std::time::Duration;
+
+/// Where a packet enters the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client host (behind the tunnel client).
+    Client,
+    /// The origin server on the Internet (behind the tunnel server).
+    Origin,
+}
+
+/// Packets emitted by apps: (side, packet).
+pub type Emit = Vec<(Side, Vec<u8>)>;
+
+/// Port of the origin service.
+pub const ORIGIN_PORT: u16 = 80;
+/// Web request size (bytes of payload).
+const REQUEST_BYTES: u64 = 300;
+
+struct Conn {
+    sender: TcpSender,
+    receiver: TcpReceiver,
+    /// Side the data leaves from.
+    data_side: Side,
+}
+
+impl Conn {
+    fn new(cfg: TcpConfig, client: Addrs, dir: Direction, total: u64) -> Conn {
+        let (data, side) = match dir {
+            Direction::Up => (client, Side::Client),
+            Direction::Down => (client.reversed(), Side::Origin),
+        };
+        Conn {
+            sender: TcpSender::new(cfg, data, total),
+            receiver: TcpReceiver::new(data.reversed(), total),
+            data_side: side,
+        }
+    }
+
+    fn ack_side(&self) -> Side {
+        match self.data_side {
+            Side::Client => Side::Origin,
+            Side::Origin => Side::Client,
+        }
+    }
+}
+
+/// Where an app runs: its client, the two inner addresses and its first client port.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    /// Client index.
+    pub client: u32,
+    /// The client's inner address.
+    pub client_ip: [u8; 4],
+    /// The origin's address.
+    pub origin_ip: [u8; 4],
+    /// First client port of the app's range.
+    pub port_base: u16,
+}
+
+/// A running flow.
+pub struct App {
+    spec: FlowSpec,
+    /// Client this app belongs to.
+    pub client: u32,
+    /// First client port.
+    pub port_base: u16,
+    /// Ports used.
+    pub ports: u16,
+    client_ip: [u8; 4],
+    origin_ip: [u8; 4],
+    tcp: TcpConfig,
+    conns: Vec<Option<Conn>>,
+    rng: ChaCha8Rng,
+    next_action: Option<Duration>,
+    /// CBR sources stop here, so packets still in flight at the end are not counted lost.
+    stop: Duration,
+    // Web state.
+    object: u32,
+    object_started: Duration,
+    object_times: Vec<f64>,
+    // CBR state.
+    cbr_interval: Duration,
+    cbr_size: usize,
+    cbr_sent: u64,
+    cbr_received: u64,
+    cbr_bytes: u64,
+    cbr_latency: Histogram,
+    cbr_jitter: f64,
+    cbr_last_transit: Option<f64>,
+    cbr_rx_window: Option<(Duration, Duration)>,
+}
+
+impl App {
+    /// Ports an app of `spec` needs.
+    pub fn ports_needed(spec: &FlowSpec) -> u16 {
+        match spec.kind {
+            FlowKind::Web => (spec.objects.unwrap_or(1) * 2) as u16,
+            _ => 1,
+        }
+    }
+
+    /// A flow of `spec` placed at `at`; CBR sources stop sending at `stop`.
+    pub fn new(spec: FlowSpec, at: Placement, default_mss: u32, seed: u64, stop: Duration) -> App {
+        let Placement {
+            client,
+            client_ip,
+            origin_ip,
+            port_base,
+        } = at;
+        use rand::SeedableRng;
+        let tcp = TcpConfig::with_mss(spec.mss.unwrap_or(default_mss));
+        let ports = Self::ports_needed(&spec);
+        let (cbr_interval, cbr_size) = match spec.kind {
+            FlowKind::Cbr | FlowKind::Saturate => {
+                let size = spec.packet_bytes.unwrap_or(200);
+                let rate = spec
+                    .rate
+                    .as_deref()
+                    .and_then(|r| crate::scenario::parse_rate(r).ok())
+                    .map_or(64_000, |b| b.bits_per_sec());
+                let ns = (size as u128 * 8 * 1_000_000_000).div_ceil(u128::from(rate));
+                (Duration::from_nanos(ns as u64), size)
+            }
+            _ => (Duration::ZERO, 0),
+        };
+        App {
+            next_action: Some(spec.start),
+            stop,
+            spec,
+            client,
+            port_base,
+            ports,
+            client_ip,
+            origin_ip,
+            tcp,
+            conns: (0..ports).map(|_| None).collect(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            object: 0,
+            object_started: Duration::ZERO,
+            object_times: Vec::new(),
+            cbr_interval,
+            cbr_size,
+            cbr_sent: 0,
+            cbr_received: 0,
+            cbr_bytes: 0,
+            cbr_latency: Histogram::default(),
+            cbr_jitter: 0.0,
+            cbr_last_transit: None,
+            cbr_rx_window: None,
+        }
+    }
+
+    fn addrs(&self, k: u16) -> Addrs {
+        Addrs {
+            src: self.client_ip,
+            dst: self.origin_ip,
+            sport: self.port_base + k,
+            dport: ORIGIN_PORT,
+        }
+    }
+
+    /// Earliest time the app has something to do.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| c.sender.deadline())
+            .chain(self.next_action)
+            .min()
+    }
+
+    fn open(&mut self, k: u16, dir: Direction, total: u64, now: Duration, out: &mut Emit) {
+        let mut c = Conn::new(self.tcp, self.addrs(k), dir, total);
+        let mut pkts = Vec::new();
+        c.sender.send(now, &mut pkts);
+        out.extend(pkts.into_iter().map(|p| (c.data_side, p)));
+        self.conns[usize::from(k)] = Some(c);
+    }
+
+    fn object_size(&mut self) -> u64 {
+        let mean = self.spec.object_bytes.unwrap_or(100_000) as f64;
+        let x = match self.spec.size_dist {
+            SizeDist::Fixed => mean,
+            SizeDist::Exp => Exp::new(1.0 / mean).map_or(mean, |d| d.sample(&mut self.rng)),
+            SizeDist::Pareto => {
+                let a = self.spec.pareto_shape.unwrap_or(1.5);
+                let scale = mean * (a - 1.0) / a;
+                Pareto::new(scale, a).map_or(mean, |d| d.sample(&mut self.rng))
+            }
+        };
+        (x.round() as u64).max(1)
+    }
+
+    /// Timers: start, next CBR packet, next web object, TCP retransmission timeouts.
+    pub fn on_timer(&mut self, now: Duration, out: &mut Emit) {
+        if self.next_action.is_some_and(|t| t <= now) {
+            self.next_action = None;
+            self.act(now, out);
+        }
+        for c in self.conns.iter_mut().flatten() {
+            if c.sender.deadline().is_some_and(|d| d <= now) {
+                let mut pkts = Vec::new();
+                c.sender.on_timeout(now, &mut pkts);
+                out.extend(pkts.into_iter().map(|p| (c.data_side, p)));
+            }
+        }
+    }
+
+    fn act(&mut self, now: Duration, out: &mut Emit) {
+        match self.spec.kind {
+            FlowKind::Bulk => {
+                let total = self.spec.bytes.unwrap_or(u64::MAX);
+                self.open(0, self.spec.direction, total, now, out);
+            }
+            FlowKind::Web => {
+                if self.object < self.spec.objects.unwrap_or(0) {
+                    self.object_started = now;
+                    let k = (self.object * 2) as u16;
+                    self.open(k, Direction::Up, REQUEST_BYTES, now, out);
+                }
+            }
+            FlowKind::Cbr | FlowKind::Saturate => {
+                if now >= self.stop {
+                    return;
+                }
+                let mut payload = vec![0u8; self.cbr_size - packet::UDP_HEADERS];
+                payload[..8].copy_from_slice(&self.cbr_sent.to_be_bytes());
+                payload[8..16].copy_from_slice(&(now.as_nanos() as u64).to_be_bytes());
+                let (a, side) = match self.spec.direction {
+                    Direction::Up => (self.addrs(0), Side::Client),
+                    Direction::Down => (self.addrs(0).reversed(), Side::Origin),
+                };
+                out.push((side, packet::udp(a, &payload)));
+                self.cbr_sent += 1;
+                self.next_action = Some(now + self.cbr_interval);
+            }
+        }
+    }
+
+    /// A packet for this app arrived at `side`.
+    pub fn on_packet(&mut self, now: Duration, side: Side, p: &Parsed<'_>, out: &mut Emit) {
+        let port = if side == Side::Client {
+            p.dport
+        } else {
+            p.sport
+        };
+        let k = port.wrapping_sub(self.port_base);
+        match p.body {
+            Body::Udp(payload) => self.on_udp(now, payload),
+            Body::Tcp { seq, ack, len } => {
+                let Some(Some(c)) = self.conns.get_mut(usize::from(k)) else {
+                    return;
+                };
+                if side == c.data_side {
+                    if let Some(a) = ack {
+                        let mut pkts = Vec::new();
+                        c.sender.on_ack(now, a, &mut pkts);
+                        out.extend(pkts.into_iter().map(|p| (c.data_side, p)));
+                    }
+                } else {
+                    let was_done = c.receiver.done_at.is_some();
+                    if let Some(a) = c.receiver.on_segment(now, seq, len) {
+                        out.push((c.ack_side(), a));
+                    }
+                    if !was_done && c.receiver.done_at.is_some() {
+                        self.on_transfer_done(now, k, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_transfer_done(&mut self, now: Duration, k: u16, out: &mut Emit) {
+        if self.spec.kind != FlowKind::Web {
+            return;
+        }
+        if k % 2 == 0 {
+            // Request arrived at the origin: the response starts.
+            let size = self.object_size();
+            self.open(k + 1, Direction::Down, size, now, out);
+        } else {
+            self.object_times
+                .push(now.saturating_sub(self.object_started).as_secs_f64());
+            self.object += 1;
+            let think = self.spec.think.unwrap_or(Duration::ZERO).as_secs_f64();
+            let wait = if think > 0.0 {
+                Exp::new(1.0 / think).map_or(think, |d| d.sample(&mut self.rng))
+            } else {
+                0.0
+            };
+            self.next_action = Some(now + Duration::from_secs_f64(wait));
+        }
+    }
+
+    fn on_udp(&mut self, now: Duration, payload: &[u8]) {
+        let Some(sent) = payload.get(8..16) else {
+            return;
+        };
+        let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
+        let transit = now.as_nanos() as f64 - sent as f64;
+        self.cbr_received += 1;
+        let first = self.cbr_rx_window.map_or(now, |(a, _)| a);
+        self.cbr_rx_window = Some((first, now));
+        self.cbr_bytes += (payload.len() + packet::UDP_HEADERS) as u64;
+        self.cbr_latency
+            .add(Duration::from_nanos(transit.max(0.0) as u64));
+        // RFC 3550 interarrival jitter.
+        if let Some(last) = self.cbr_last_transit {
+            self.cbr_jitter += ((transit - last).abs() - self.cbr_jitter) / 16.0;
+        }
+        self.cbr_last_transit = Some(transit);
+    }
+
+    /// What the flow achieved by `end`.
+    pub fn report(&self, index: usize, end: Duration) -> TrafficReport {
+        let start = self.spec.start;
+        let span = end.saturating_sub(start).as_secs_f64().max(1e-9);
+        let mut r = TrafficReport {
+            name: if self.spec.name.is_empty() {
+                format!("flow{index}")
+            } else {
+                self.spec.name.clone()
+            },
+            kind: self.spec.kind,
+            direction: self.spec.direction,
+            client: self.client,
+            ..Default::default()
+        };
+        let mut tcp = TcpStats::default();
+        for c in self.conns.iter().flatten() {
+            tcp.retransmits += c.sender.stats.retransmits;
+            tcp.fast_retransmits += c.sender.stats.fast_retransmits;
+            tcp.timeouts += c.sender.stats.timeouts;
+            tcp.segments += c.sender.stats.segments;
+            r.bytes_delivered += c.receiver.delivered();
+        }
+        match self.spec.kind {
+            FlowKind::Bulk => {
+                let done = self.conns[0].as_ref().and_then(|c| c.receiver.done_at);
+                r.completion_s = done.map(|t| t.saturating_sub(start).as_secs_f64());
+                let busy = r.completion_s.unwrap_or(span).max(1e-9);
+                r.goodput_mbit = r.bytes_delivered as f64 * 8.0 / busy / 1e6;
+                r.tcp = Some(tcp);
+            }
+            FlowKind::Web => {
+                r.goodput_mbit = r.bytes_delivered as f64 * 8.0 / span / 1e6;
+                r.objects_done = Some(self.object_times.len() as u32);
+                r.object_s = crate::stats::summary(&self.object_times);
+                r.tcp = Some(tcp);
+            }
+            FlowKind::Cbr | FlowKind::Saturate => {
+                // Rate over the receiving window (first to last arrival): the source stops
+                // at `stop` but a backlogged tunnel queue drains after it.
+                let window = self
+                    .cbr_rx_window
+                    .map_or(0.0, |(a, b)| b.saturating_sub(a).as_secs_f64());
+                r.bytes_delivered = self.cbr_bytes;
+                r.goodput_mbit = self.cbr_bytes as f64 * 8.0 / window.max(1e-9) / 1e6;
+                r.sent = Some(self.cbr_sent);
+                r.received = Some(self.cbr_received);
+                let lost = self.cbr_sent.saturating_sub(self.cbr_received);
+                r.loss = Some(lost as f64 / self.cbr_sent.max(1) as f64);
+                r.latency_ms = self.cbr_latency.summary_ms();
+                r.jitter_ms = Some(self.cbr_jitter / 1e6);
+            }
+        }
+        r
+    }
+}

@@ -1,0 +1,273 @@
+//! Building a world from a scenario: endpoints with their keys and classifiers, one hop
+//! chain per (client, link, direction), and the apps with their port ranges.
+//!
+//! Address plan (all simulated, never on a real network): server 192.0.2.1:51820; client
+//! c's socket on link l is 10.l.(c >> 8).(c & 255):40000; client c's inner address is
+//! 100.64.0.0 + c + 2; the origin is 198.51.100.1. Every seed the world uses is drawn in
+//! a fixed order from one ChaCha8 stream seeded by the run's seed.
+
+use super::{ClientNode, Envelope, HopNode, Next, Node, World, WorldError};
+use crate::events::EventQueue;
+use crate::scenario::{hop_params, Scenario, SchedulerSpec};
+use crate::traffic::{App, Placement};
+use linkem::Pipeline;
+use proto::crypto::StaticSecret;
+use proto::endpoint::{Client, ClientConfig, PeerConfig, Server, ServerConfig};
+use proto::path::PathId;
+use proto::policy::{Classifier, Rule};
+use proto::session::{AggregateScheduler, SessionConfig};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::time::Duration;
+
+/// The server's address.
+pub const SERVER_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 51820);
+/// The origin's address.
+pub const ORIGIN_IP: [u8; 4] = [198, 51, 100, 1];
+const INNER_BASE: u32 = u32::from_be_bytes([100, 64, 0, 0]);
+/// MSS that fits the tunnel's default MTU of 1374 (PROTOCOL §11) with IPv4 + TCP headers.
+pub const TUNNEL_MSS: u32 = 1374 - 40;
+/// MSS of a bare 1500-byte link.
+pub const DIRECT_MSS: u32 = 1460;
+const FIRST_PORT: u16 = 10_000;
+
+/// Client c's socket on link l.
+pub fn client_addr(c: u32, l: u8) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(
+        Ipv4Addr::new(10, l, (c >> 8) as u8, c as u8),
+        40000,
+    ))
+}
+
+/// (client, link) of a client socket address.
+pub fn decode_client_addr(a: SocketAddr) -> Option<(u32, u8)> {
+    match a {
+        SocketAddr::V4(v) => {
+            let o = v.ip().octets();
+            Some(((u32::from(o[2]) << 8) | u32::from(o[3]), o[1]))
+        }
+        SocketAddr::V6(_) => None,
+    }
+}
+
+/// Client c's inner (TUN) address.
+pub fn inner_ip(c: u32) -> [u8; 4] {
+    (INNER_BASE + c + 2).to_be_bytes()
+}
+
+/// Client index of an inner address.
+pub fn inner_client(ip: [u8; 4]) -> Option<u32> {
+    u32::from_be_bytes(ip)
+        .checked_sub(INNER_BASE + 2)
+        .filter(|&c| c < 65_536)
+}
+
+fn client_key(c: u32) -> StaticSecret {
+    // Bytes 1..5, not 0..4: X25519 clamping clears the low 3 bits of byte 0, which would
+    // give clients 0-7 the same key.
+    let mut k = [0x5a; 32];
+    k[1..5].copy_from_slice(&c.to_le_bytes());
+    StaticSecret::from_bytes(k)
+}
+
+fn server_key() -> StaticSecret {
+    StaticSecret::from_bytes([0xa5; 32])
+}
+
+impl World {
+    /// Builds the world of `scn` for `seed`; trace files are relative to `base`.
+    pub fn new(scn: &Scenario, seed: u64, base: &Path) -> Result<World, WorldError> {
+        let mut master = ChaCha8Rng::seed_from_u64(seed);
+        let tunnel = scn.tunnel.enabled;
+        let session = SessionConfig {
+            detect: scn.tunnel.detect,
+            failback_hold: scn.tunnel.failback_hold,
+            aggregate: match scn.tunnel.scheduler {
+                SchedulerSpec::Earliest => AggregateScheduler::Earliest,
+                SchedulerSpec::Weighted => AggregateScheduler::Weighted,
+            },
+            ..SessionConfig::default()
+        };
+        let default_policy = scn.tunnel.policy.to_proto();
+        let links: Vec<_> = scn
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| hop_params(i, l, base))
+            .collect::<Result<_, _>>()?;
+        let n_clients = scn.clients as usize;
+        let used_links = if tunnel { links.len() } else { 1 };
+
+        // Apps first: classifier rules need their port ranges.
+        let mut apps = Vec::new();
+        let mut ports = HashMap::new();
+        let mut rules_per_client: Vec<Vec<Rule>> = vec![Vec::new(); n_clients];
+        let stop = scn.duration.saturating_sub(Duration::from_secs(1)).max(
+            scn.duration / 2, // very short runs still send for half their length
+        );
+        let mss = if tunnel { TUNNEL_MSS } else { DIRECT_MSS };
+        for c in 0..scn.clients {
+            let mut port = FIRST_PORT;
+            for spec in &scn.flows {
+                let need = App::ports_needed(spec);
+                let at = Placement {
+                    client: c,
+                    client_ip: inner_ip(c),
+                    origin_ip: ORIGIN_IP,
+                    port_base: port,
+                };
+                let app = App::new(spec.clone(), at, mss, master.next_u64(), stop);
+                if let Some(p) = spec.policy {
+                    rules_per_client[c as usize].push(Rule {
+                        name: format!("{:?}", spec.kind),
+                        protocol: None,
+                        ports: Some((port, port + need - 1)),
+                        dscp: None,
+                        policy: p.to_proto(),
+                    });
+                }
+                for k in 0..need {
+                    ports.insert((c, port + k), apps.len() as u32);
+                }
+                port = port
+                    .checked_add(need)
+                    .ok_or_else(|| WorldError::Build("too many ports for one client".into()))?;
+                apps.push(app);
+            }
+        }
+
+        // Endpoints.
+        let server = tunnel.then(|| {
+            let peers = (0..scn.clients)
+                .map(|c| PeerConfig {
+                    name: format!("c{c}"),
+                    public_key: client_key(c).public_key(),
+                    allowed_ips: vec![ipnet_host(inner_ip(c))],
+                })
+                .collect();
+            Server::new(
+                ServerConfig {
+                    local_key: server_key(),
+                    peers,
+                    session,
+                    default_policy,
+                },
+                master.next_u64(),
+            )
+        });
+        let mut clients = Vec::with_capacity(n_clients);
+        for (c, rules) in rules_per_client.into_iter().enumerate() {
+            let ep = tunnel.then(|| {
+                let mut ep = Client::new(
+                    ClientConfig {
+                        local_key: client_key(c as u32),
+                        server_key: server_key().public_key(),
+                        session,
+                        classifier: Classifier {
+                            rules,
+                            default: default_policy,
+                        },
+                        epoch_us: 1_700_000_000_000_000,
+                    },
+                    master.next_u64(),
+                );
+                for l in 0..links.len() {
+                    ep.add_link(
+                        proto::Instant::ZERO,
+                        PathId(l as u8),
+                        SocketAddr::V4(SERVER_ADDR),
+                    );
+                }
+                ep
+            });
+            clients.push(ClientNode {
+                ep,
+                links: Vec::new(),
+                data_lens: [Vec::new(), Vec::new()],
+                next_tag: [0, 0],
+                arrivals: [Vec::new(), Vec::new()],
+            });
+        }
+
+        // Hop chains: up = client → server (hops in order), down = server → client (reversed).
+        let hop_seed = master.next_u64();
+        let mut hops: Vec<HopNode> = Vec::new();
+        for (c, node) in clients.iter_mut().enumerate() {
+            for (l, params) in links.iter().enumerate().take(used_links) {
+                let n = params.len();
+                let up_first = hops.len() as u32;
+                for (h, (up, _)) in params.iter().enumerate() {
+                    let next = if h + 1 < n {
+                        Next::Hop(hops.len() as u32 + 1)
+                    } else if tunnel {
+                        Next::Server
+                    } else {
+                        Next::OriginRaw
+                    };
+                    let stream = hops.len() as u64;
+                    hops.push(HopNode::new(
+                        Pipeline::<Envelope>::new(up.clone(), hop_seed, stream),
+                        next,
+                        (c as u32, l as u8, true, h as u8),
+                        tunnel,
+                    ));
+                }
+                let down_first = hops.len() as u32;
+                for (k, (_, down)) in params.iter().rev().enumerate() {
+                    let next = if k + 1 < n {
+                        Next::Hop(hops.len() as u32 + 1)
+                    } else if tunnel {
+                        Next::Client(c as u32, l as u8)
+                    } else {
+                        Next::ClientRaw
+                    };
+                    let stream = hops.len() as u64;
+                    hops.push(HopNode::new(
+                        Pipeline::<Envelope>::new(down.clone(), hop_seed, stream),
+                        next,
+                        (c as u32, l as u8, false, (n - 1 - k) as u8),
+                        tunnel,
+                    ));
+                }
+                node.links.push((up_first, down_first));
+            }
+        }
+
+        let nodes = Node::count(n_clients, hops.len(), apps.len());
+        let mut w = World {
+            q: EventQueue::new(nodes),
+            end: scn.duration,
+            n_clients: n_clients as u32,
+            n_hops: hops.len() as u32,
+            server,
+            clients,
+            hops,
+            apps,
+            ports,
+            trace: scn.metrics.reorder_trace && tunnel,
+            server_dirty: false,
+            dirty: Vec::new(),
+            client_dirty: vec![false; n_clients],
+            buf: vec![0u8; 2048],
+            last_fire: HashMap::new(),
+            counters: Default::default(),
+        };
+        for c in 0..w.n_clients {
+            if w.clients[c as usize].ep.is_some() {
+                w.q.arm(w.node_id(Node::Client(c)), Some(Duration::ZERO));
+            }
+        }
+        for a in 0..w.apps.len() as u32 {
+            let t = w.apps[a as usize].deadline();
+            w.q.arm(w.node_id(Node::App(a)), t);
+        }
+        Ok(w)
+    }
+}
+
+fn ipnet_host(ip: [u8; 4]) -> ipnet::IpNet {
+    ipnet::IpNet::V4(ipnet::Ipv4Net::new(Ipv4Addr::from(ip), 32).expect("a /32 is always valid"))
+}

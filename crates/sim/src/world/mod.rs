@@ -1,0 +1,489 @@
+//! The simulated world: the real `proto` Client(s) and Server, hop chains of linkem
+//! pipelines between them, and the applications on both sides — run by one
+//! discrete-event loop in virtual time.
+//!
+//! Each step pops the earliest wake-up (an endpoint timer, a hop releasing a datagram,
+//! an app timer), performs it, then *settles*: every endpoint touched is flushed
+//! (`poll_transmit` into its links, `poll_deliver` to the apps, `poll_event`) until no
+//! endpoint has work left, exactly as the daemon's loop does after each wake-up. Without
+//! a tunnel (`tunnel.enabled = false`) apps use link 0 directly — the baseline.
+//!
+//! Invariants: the run is a pure function of (scenario, seed): one seeded stream feeds
+//! every component, ties in time are broken by insertion order, and no wall clock is
+//! read. Time never goes backwards. A component that keeps asking to be woken at the
+//! same instant (a livelock in the core) stops the run with an error naming it.
+
+mod build;
+mod report;
+
+pub use build::{client_addr, inner_ip, SERVER_ADDR};
+pub use report::{RunReport, SimCounters};
+
+use crate::events::{EventQueue, NodeId};
+use crate::packet;
+use crate::scenario::ScenarioError;
+use crate::traffic::{App, Emit, Side};
+use build::{decode_client_addr, inner_client};
+use linkem::Pipeline;
+use proto::endpoint::{Client, Server};
+use proto::path::PathId;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Errors of building or running a world.
+#[derive(Debug, thiserror::Error)]
+pub enum WorldError {
+    /// The scenario is invalid.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The world cannot be built as described.
+    #[error("build: {0}")]
+    Build(String),
+    /// A component asked to be woken at the same instant too many times (livelock).
+    #[error("livelock: {node} woken {count} times at t = {at:?}")]
+    Stuck {
+        /// Which component.
+        node: String,
+        /// When.
+        at: Duration,
+        /// How often.
+        count: u32,
+    },
+}
+
+/// Bytes of the outer IPv4 + UDP headers a tunnel datagram carries on a link.
+pub const OUTER_HEADERS: u64 = 28;
+const UP: usize = 0;
+const DOWN: usize = 1;
+/// Wake-ups of one endpoint at one instant beyond which the run is declared stuck.
+const STUCK_AFTER: u32 = 10_000;
+
+/// A datagram (tunnel) or bare IP packet (no tunnel) on a link.
+pub struct Envelope {
+    bytes: Vec<u8>,
+    src: SocketAddr,
+    /// Sequence of a data-carrying tunnel datagram in its sender's transmit order (set only
+    /// when tracing reorder).
+    tag: Option<u64>,
+}
+
+/// Where a hop hands what it releases.
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    Hop(u32),
+    Server,
+    Client(u32, u8),
+    OriginRaw,
+    ClientRaw,
+}
+
+struct HopNode {
+    pipe: Pipeline<Envelope>,
+    next: Next,
+    /// (client, link, upstream, hop index from the client).
+    label: (u32, u8, bool, u8),
+    overhead: u64,
+}
+
+impl HopNode {
+    fn new(pipe: Pipeline<Envelope>, next: Next, label: (u32, u8, bool, u8), tunnel: bool) -> Self {
+        HopNode {
+            pipe,
+            next,
+            label,
+            overhead: if tunnel { OUTER_HEADERS } else { 0 },
+        }
+    }
+}
+
+struct ClientNode {
+    ep: Option<Client>,
+    /// (first up hop, first down hop) per link.
+    links: Vec<(u32, u32)>,
+    /// Inner packet length by data sequence, per direction (reorder tracing).
+    data_lens: [Vec<u32>; 2],
+    next_tag: [u64; 2],
+    /// (data sequence, bytes) in arrival order at the receiver, per direction.
+    arrivals: [Vec<(u64, u32)>; 2],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    Server,
+    Client(u32),
+    Hop(u32),
+    App(u32),
+}
+
+impl Node {
+    fn count(clients: usize, hops: usize, apps: usize) -> usize {
+        1 + clients + hops + apps
+    }
+}
+
+/// One simulated run.
+pub struct World {
+    q: EventQueue,
+    end: Duration,
+    n_clients: u32,
+    n_hops: u32,
+    server: Option<Server>,
+    clients: Vec<ClientNode>,
+    hops: Vec<HopNode>,
+    apps: Vec<App>,
+    ports: HashMap<(u32, u16), u32>,
+    trace: bool,
+    server_dirty: bool,
+    dirty: Vec<u32>,
+    client_dirty: Vec<bool>,
+    buf: Vec<u8>,
+    last_fire: HashMap<NodeId, (Duration, u32)>,
+    counters: SimCounters,
+}
+
+fn pi(d: Duration) -> proto::Instant {
+    proto::Instant::from_micros(d.as_micros() as u64)
+}
+
+fn du(i: proto::Instant) -> Duration {
+    Duration::from_micros(i.as_micros())
+}
+
+impl World {
+    fn node_id(&self, n: Node) -> NodeId {
+        let (c, h) = (self.n_clients, self.n_hops);
+        match n {
+            Node::Server => 0,
+            Node::Client(i) => 1 + i,
+            Node::Hop(i) => 1 + c + i,
+            Node::App(i) => 1 + c + h + i,
+        }
+    }
+
+    fn node(&self, id: NodeId) -> Node {
+        let (c, h) = (self.n_clients, self.n_hops);
+        match id {
+            0 => Node::Server,
+            i if i <= c => Node::Client(i - 1),
+            i if i <= c + h => Node::Hop(i - 1 - c),
+            i => Node::App(i - 1 - c - h),
+        }
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> Duration {
+        self.q.now()
+    }
+
+    /// Runs to the end of the scenario.
+    pub fn run(&mut self) -> Result<(), WorldError> {
+        while let Some((now, id)) = self.q.pop(self.end) {
+            let node = self.node(id);
+            match node {
+                Node::Server => {
+                    self.guard(id, now, node)?;
+                    if let Some(s) = self.server.as_mut() {
+                        s.handle_timeout(pi(now));
+                    }
+                    self.server_dirty = true;
+                }
+                Node::Client(c) => {
+                    self.guard(id, now, node)?;
+                    if let Some(ep) = self.clients[c as usize].ep.as_mut() {
+                        ep.handle_timeout(pi(now));
+                    }
+                    self.mark(c);
+                }
+                Node::Hop(h) => self.on_hop(h),
+                Node::App(a) => {
+                    let mut out = Emit::new();
+                    self.apps[a as usize].on_timer(now, &mut out);
+                    self.emit(a, out);
+                    self.rearm_app(a);
+                }
+            }
+            self.settle();
+        }
+        Ok(())
+    }
+
+    fn guard(&mut self, id: NodeId, now: Duration, node: Node) -> Result<(), WorldError> {
+        let e = self.last_fire.entry(id).or_insert((now, 0));
+        if e.0 == now {
+            e.1 += 1;
+            if e.1 > STUCK_AFTER {
+                return Err(WorldError::Stuck {
+                    node: format!("{node:?}"),
+                    at: now,
+                    count: e.1,
+                });
+            }
+        } else {
+            *e = (now, 1);
+        }
+        Ok(())
+    }
+
+    fn mark(&mut self, c: u32) {
+        if !self.client_dirty[c as usize] {
+            self.client_dirty[c as usize] = true;
+            self.dirty.push(c);
+        }
+    }
+
+    fn settle(&mut self) {
+        loop {
+            if self.server_dirty {
+                self.server_dirty = false;
+                self.flush_server();
+            } else if let Some(c) = self.dirty.pop() {
+                self.client_dirty[c as usize] = false;
+                self.flush_client(c);
+            } else {
+                return;
+            }
+        }
+    }
+
+    fn rearm_app(&mut self, a: u32) {
+        let t = self.apps[a as usize].deadline();
+        let id = self.node_id(Node::App(a));
+        self.q.arm(id, t);
+    }
+
+    fn rearm_hop(&mut self, h: u32) {
+        let t = self.hops[h as usize].pipe.next_wakeup();
+        let id = self.node_id(Node::Hop(h));
+        self.q.arm(id, t);
+    }
+
+    fn enqueue(&mut self, h: u32, env: Envelope) {
+        let now = self.now();
+        let hop = &mut self.hops[h as usize];
+        let bytes = env.bytes.len() as u64 + hop.overhead;
+        hop.pipe.enqueue(now, env, bytes);
+        self.counters.hop_packets += 1;
+        self.rearm_hop(h);
+    }
+
+    fn on_hop(&mut self, h: u32) {
+        let now = self.now();
+        while let Some(env) = self.hops[h as usize].pipe.poll_dequeue(now) {
+            let next = self.hops[h as usize].next;
+            self.forward(next, env);
+        }
+        self.rearm_hop(h);
+    }
+
+    fn record_arrival(&mut self, c: u32, dir: usize, tag: Option<u64>) {
+        if let Some(t) = tag {
+            let node = &mut self.clients[c as usize];
+            let len = node.data_lens[dir].get(t as usize).copied().unwrap_or(0);
+            node.arrivals[dir].push((t, len));
+        }
+    }
+
+    fn forward(&mut self, next: Next, mut env: Envelope) {
+        let now = pi(self.now());
+        match next {
+            Next::Hop(n) => self.enqueue(n, env),
+            Next::Server => {
+                if let Some((c, _)) = decode_client_addr(env.src) {
+                    self.record_arrival(c, UP, env.tag);
+                }
+                if let Some(s) = self.server.as_mut() {
+                    s.handle_datagram(now, env.src, &mut env.bytes);
+                    self.server_dirty = true;
+                }
+            }
+            Next::Client(c, l) => {
+                self.record_arrival(c, DOWN, env.tag);
+                if let Some(ep) = self.clients[c as usize].ep.as_mut() {
+                    ep.handle_datagram(now, PathId(l), env.src, &mut env.bytes);
+                    self.mark(c);
+                }
+            }
+            Next::OriginRaw => self.deliver(Side::Origin, &env.bytes),
+            Next::ClientRaw => self.deliver(Side::Client, &env.bytes),
+        }
+    }
+
+    /// An inner packet reached the apps on `side`.
+    fn deliver(&mut self, side: Side, pkt: &[u8]) {
+        let now = self.now();
+        let Some(p) = packet::parse(pkt) else {
+            self.counters.unroutable += 1;
+            return;
+        };
+        let (ip, port) = match side {
+            Side::Client => (p.dst, p.dport),
+            Side::Origin => (p.src, p.sport),
+        };
+        let Some(&a) = inner_client(ip).and_then(|c| self.ports.get(&(c, port))) else {
+            self.counters.unroutable += 1;
+            return;
+        };
+        let mut out = Emit::new();
+        self.apps[a as usize].on_packet(now, side, &p, &mut out);
+        self.emit(a, out);
+        self.rearm_app(a);
+    }
+
+    fn emit(&mut self, a: u32, out: Emit) {
+        let c = self.apps[a as usize].client;
+        for (side, pkt) in out {
+            self.inject(c, side, pkt);
+        }
+    }
+
+    /// An app of client `c` sends `pkt` from `side`.
+    fn inject(&mut self, c: u32, side: Side, pkt: Vec<u8>) {
+        /// What remains to do once the borrow of the endpoint ends.
+        enum Then {
+            Client,
+            Server,
+            Raw(u32, Vec<u8>),
+        }
+        let now = pi(self.now());
+        self.counters.inner_packets += 1;
+        let trace = self.trace;
+        let node = &mut self.clients[c as usize];
+        let then = match (side, node.ep.as_mut(), self.server.as_mut()) {
+            (Side::Client, Some(ep), _) => {
+                let before = ep.session().counters().tx_ip_packets;
+                ep.handle_tun_packet(now, &pkt);
+                if trace && ep.session().counters().tx_ip_packets > before {
+                    node.data_lens[UP].push(pkt.len() as u32);
+                }
+                Then::Client
+            }
+            (Side::Origin, _, Some(s)) => {
+                let sent = |s: &Server| {
+                    s.peers()
+                        .nth(c as usize)
+                        .and_then(|p| p.session.map(|x| x.counters().tx_ip_packets))
+                };
+                let before = if trace { sent(s) } else { None };
+                s.handle_tun_packet(now, &pkt);
+                if trace && sent(s) > before {
+                    node.data_lens[DOWN].push(pkt.len() as u32);
+                }
+                Then::Server
+            }
+            (Side::Client, None, _) => Then::Raw(node.links[0].0, pkt),
+            (Side::Origin, _, None) => Then::Raw(node.links[0].1, pkt),
+        };
+        match then {
+            Then::Client => self.mark(c),
+            Then::Server => self.server_dirty = true,
+            Then::Raw(hop, bytes) => self.enqueue_raw(hop, bytes),
+        }
+    }
+
+    fn enqueue_raw(&mut self, hop: u32, bytes: Vec<u8>) {
+        let env = Envelope {
+            bytes,
+            src: SocketAddr::V4(SERVER_ADDR),
+            tag: None,
+        };
+        self.enqueue(hop, env);
+    }
+
+    /// Tag of a datagram about to leave, if it carries data and tracing is on.
+    fn tag(&mut self, c: u32, dir: usize, bytes: &[u8]) -> Option<u64> {
+        // Data datagrams start with type 3; with at least one DATA frame (12 bytes + an
+        // IP packet of 20 or more) they are longer than any ACK/PING/CLOSE-only one (67).
+        if !self.trace || bytes.first() != Some(&3) || bytes.len() <= 67 {
+            return None;
+        }
+        let n = &mut self.clients[c as usize].next_tag[dir];
+        *n += 1;
+        Some(*n - 1)
+    }
+
+    fn flush_client(&mut self, c: u32) {
+        let now = self.now();
+        loop {
+            let mut work = false;
+            loop {
+                let Some(ep) = self.clients[c as usize].ep.as_mut() else {
+                    return;
+                };
+                let Some(t) = ep.poll_transmit(pi(now), &mut self.buf) else {
+                    break;
+                };
+                work = true;
+                self.counters.datagrams += 1;
+                let bytes = self.buf[..t.len].to_vec();
+                let tag = self.tag(c, UP, &bytes);
+                let hop = self.clients[c as usize].links[usize::from(t.path.0)].0;
+                let src = client_addr(c, t.path.0);
+                self.enqueue(hop, Envelope { bytes, src, tag });
+            }
+            while let Some(p) = self.clients[c as usize]
+                .ep
+                .as_mut()
+                .and_then(|ep| ep.poll_deliver())
+            {
+                work = true;
+                self.deliver(Side::Client, &p);
+            }
+            let ep = self.clients[c as usize].ep.as_mut().expect("checked above");
+            while ep.poll_event().is_some() {}
+            if !work {
+                break;
+            }
+        }
+        let t = self.clients[c as usize]
+            .ep
+            .as_ref()
+            .and_then(|ep| ep.poll_timeout())
+            .map(du);
+        let id = self.node_id(Node::Client(c));
+        self.q.arm(id, t);
+    }
+
+    fn flush_server(&mut self) {
+        let now = self.now();
+        loop {
+            let mut work = false;
+            loop {
+                let Some(s) = self.server.as_mut() else {
+                    return;
+                };
+                let Some(t) = s.poll_transmit(pi(now), &mut self.buf) else {
+                    break;
+                };
+                work = true;
+                self.counters.datagrams += 1;
+                let Some((c, l)) = decode_client_addr(t.dst)
+                    .filter(|&(c, l)| c < self.n_clients && usize::from(l) < self.links_of(c))
+                else {
+                    self.counters.unroutable += 1;
+                    continue;
+                };
+                let bytes = self.buf[..t.len].to_vec();
+                let tag = self.tag(c, DOWN, &bytes);
+                let hop = self.clients[c as usize].links[usize::from(l)].1;
+                let src = SocketAddr::V4(SERVER_ADDR);
+                self.enqueue(hop, Envelope { bytes, src, tag });
+            }
+            while let Some(p) = self.server.as_mut().and_then(|s| s.poll_deliver()) {
+                work = true;
+                self.deliver(Side::Origin, &p);
+            }
+            let s = self.server.as_mut().expect("checked above");
+            while s.poll_event().is_some() {}
+            if !work {
+                break;
+            }
+        }
+        let t = self.server.as_ref().and_then(|s| s.poll_timeout()).map(du);
+        self.q.arm(0, t);
+    }
+
+    fn links_of(&self, c: u32) -> usize {
+        self.clients[c as usize].links.len()
+    }
+}

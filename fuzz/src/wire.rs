@@ -1,0 +1,78 @@
+//! Wire-format targets: the outer header view and the frames of the sealed payload.
+
+use proto::crypto::TAG_LEN;
+use proto::wire::{
+    Frame, FrameReader, FrameWriter, InnerHeader, MessageType, OuterPacket, DATA_HEADER_LEN,
+    HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
+};
+
+/// `OuterPacket::new_checked` and every accessor: no panic, and what was accepted has
+/// the type, reserved bits and length its type requires, read back from the right bytes.
+pub fn outer_header(data: &[u8]) {
+    let Ok(p) = OuterPacket::new_checked(data) else {
+        return;
+    };
+    assert_eq!(data[0], p.kind() as u8);
+    assert_eq!(&data[2..4], &[0, 0], "reserved bytes accepted");
+    assert_eq!(p.path(), data[1]);
+    assert_eq!(p.index().to_be_bytes(), data[4..8]);
+    let _ = p.counter();
+    match p.kind() {
+        MessageType::HandshakeInit => {
+            assert_eq!(data.len(), HANDSHAKE_INIT_LEN);
+            assert_eq!(p.noise(), &data[8..]);
+        }
+        MessageType::HandshakeResp => {
+            assert_eq!(data.len(), HANDSHAKE_RESP_LEN);
+            assert_eq!(p.resp_receiver_index().to_be_bytes(), data[8..12]);
+            assert_eq!(p.noise(), &data[12..]);
+        }
+        MessageType::Data => {
+            assert!(data.len() >= DATA_HEADER_LEN + TAG_LEN);
+            assert_eq!(p.counter().to_be_bytes(), data[8..16]);
+            let (aad, sealed) = p.split_data();
+            assert_eq!((aad, sealed), data.split_at(DATA_HEADER_LEN));
+            assert!(p.noise().is_empty());
+        }
+    }
+}
+
+/// `InnerHeader::parse` then `FrameReader` to the end or the first error; re-encoding
+/// what parsed with `FrameWriter` must give the input's bytes exactly (all of them if no
+/// frame failed, else the prefix that parsed) — the encoding is canonical.
+pub fn frames(data: &[u8]) {
+    let Ok((hdr, rest)) = InnerHeader::parse(data) else {
+        assert!(data.len() < InnerHeader::LEN, "valid header refused");
+        return;
+    };
+    let mut out = vec![0u8; data.len()];
+    let mut w = FrameWriter::new(&mut out);
+    w.inner_header(hdr).expect("header fits where it came from");
+    let mut complete = true;
+    let mut count = 0usize;
+    for f in FrameReader::new(rest) {
+        count += 1;
+        assert!(count <= rest.len(), "more frames than bytes");
+        let written = match f {
+            Ok(Frame::Data(d)) => w.data(&d),
+            Ok(Frame::Ack(a)) => w.ack(&a),
+            Ok(Frame::Ping) => w.ping(),
+            Ok(Frame::Close) => w.close(),
+            Err(_) => {
+                complete = false;
+                break;
+            }
+        };
+        written.expect("a parsed frame re-encodes into the space it came from");
+    }
+    let n = w.len();
+    if complete {
+        assert_eq!(&out[..n], data, "round trip changed the bytes");
+    } else {
+        assert_eq!(
+            &out[..n],
+            &data[..n],
+            "round trip changed the parsed prefix"
+        );
+    }
+}

@@ -1,0 +1,46 @@
+"""``python -m lab.bench SUITE``: run a benchmark suite, write JSON + plots to bench/results/.
+
+Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTCP),
+``overhead`` (one path: direct, multihome, OpenVPN, wireguard-go), ``failover`` (a link cut
+mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``all``.
+Needs root; builds its own namespaces and removes them, even after a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.bench import failover, overhead, simult_flows
+
+SUITES = ("simult-flows", "overhead", "failover")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
+    parser.add_argument("suite", choices=[*SUITES, "all"])
+    parser.add_argument("--runs", type=int, help="runs per case (simult-flows 5, failover 3)")
+    parser.add_argument(
+        "--cases", type=int, nargs="*", help="simult-flows: only these case indexes (0-5)"
+    )
+    parser.add_argument(
+        "--scheduler",
+        choices=["earliest", "weighted"],
+        help="simult-flows: multihome's aggregate_scheduler (a diagnostic variant)",
+    )
+    parser.add_argument("--seconds", type=float, help="overhead: seconds per TCP test")
+    parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
+    args = parser.parse_args()
+    suites = SUITES if args.suite == "all" else (args.suite,)
+    for suite in suites:
+        if suite == "simult-flows":
+            simult_flows.main(runs=args.runs, only=args.cases, scheduler=args.scheduler)
+        elif suite == "overhead":
+            overhead.main(seconds=args.seconds, repeats=args.repeats)
+        else:
+            failover.main(runs=args.runs or 3)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

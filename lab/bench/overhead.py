@@ -1,0 +1,133 @@
+"""Suite ``overhead``: the cost of a tunnel on one unimpaired path, next to OpenVPN and WireGuard.
+
+Role: on lab/scenarios/overhead.toml (one direct veth between ``cli`` and ``srv``, offloads on,
+no rate limit, no delay) measure, in one run, one TCP stream (iperf3 -C cubic, 10 s, cli ->
+srv) and the idle RTT (ping -c 50 -i 0.01, median) directly between the veth addresses, through
+multihome (encrypted), through OpenVPN (no encryption) and through wireguard-go (encrypted);
+report each as a ratio to direct. A reference tunnel whose program is missing is recorded as
+skipped with the reason, and the rest still runs.
+
+Each system is measured ``repeats`` times, interleaved, and the best throughput and the lowest
+median RTT are kept: the 2 cores are shared with other work, and the best of a few runs is the
+least disturbed estimate of what the tunnel itself costs.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from lab.bench import vpn
+from lab.bench.common import figure, progress, save
+from lab.netns import Lab, LabError
+from lab.scenario import load
+from lab.topology import TUN_SERVER, Topology, link_ip
+from lab.traffic import iperf3, ping_rtts_ms
+
+REFERENCE = {
+    "design_md_section_4": "raw veth 31 Gbit/s 0.05 ms; OpenVPN (no encryption) 1.27 Gbit/s "
+    "+0.20 ms; wireguard-go 2.72 Gbit/s +0.44 ms"
+}
+SYSTEMS = ("direct", "multihome", "openvpn", "wireguard-go")
+
+
+def measure(topo: Topology, addr: str, seconds: float, cc: str) -> dict:
+    rtts = ping_rtts_ms(topo.cli, addr, count=50, interval=0.01)
+    tcp = iperf3(topo.cli, topo.srv, addr, cc=cc, seconds=seconds)
+    return {
+        "tcp_mbps": tcp["mbps"],
+        "retransmits": tcp["end"]["sum_sent"].get("retransmits"),
+        "rtt_median_ms": statistics.median(rtts),
+        "rtt_min_ms": min(rtts),
+        "cpu_sender_pct": tcp["end"]["cpu_utilization_percent"]["host_total"],
+        "cpu_receiver_pct": tcp["end"]["cpu_utilization_percent"]["remote_total"],
+    }
+
+
+def plot(result: dict):
+    names = [n for n in SYSTEMS if n in result["best"]]
+    colors = ["grey", "tab:blue", "tab:green", "tab:red"][: len(names)]
+    fig, (ax1, ax2) = figure(2, width=9, height=3.8)
+    ax1.bar(names, [result["best"][n]["tcp_mbps"] / 1000 for n in names], color=colors)
+    ax1.set_ylabel("1 TCP stream, CUBIC (Gbit/s)")
+    ax1.set_yscale("log")
+    ax2.bar(names, [result["best"][n]["rtt_median_ms"] for n in names], color=colors)
+    ax2.set_ylabel("median idle RTT (ms)")
+    for ax in (ax1, ax2):
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle(f"tunnel overhead on one veth path (best of {result['repeats']})")
+    return fig
+
+
+def main(seconds: float | None = None, cc: str = "cubic", repeats: int = 2) -> dict:
+    sc = load("overhead")
+    seconds = seconds or sc.bench["seconds"]
+    progress(f"overhead: {SYSTEMS}, {seconds:g} s per TCP test, {repeats} repeats\n{sc.picture}")
+    skipped: dict[str, str] = {}
+    runs: dict[str, list[dict]] = {}
+    with Lab() as lab:
+        topo = sc.topology(lab)
+        topo.start()
+        addrs = {"direct": link_ip(0, "srv"), "multihome": TUN_SERVER}
+        for name, start in (
+            ("openvpn", vpn.start_openvpn),
+            ("wireguard-go", vpn.start_wireguard_go),
+        ):
+            try:
+                addrs[name] = start(topo)
+            except LabError as exc:  # Unavailable, or it failed to come up: say so, go on
+                skipped[name] = str(exc).splitlines()[0]
+                progress(f"  {name} skipped: {skipped[name]}")
+        for rep in range(repeats):
+            for name, addr in addrs.items():
+                m = measure(topo, addr, seconds, cc)
+                runs.setdefault(name, []).append(m)
+                progress(
+                    f"  {rep + 1}/{repeats} {name:12} {m['tcp_mbps']:8.0f} Mbit/s  "
+                    f"RTT {m['rtt_median_ms']:.3f} ms"
+                )
+        topo.stop()
+    best = {
+        name: {
+            "tcp_mbps": max(m["tcp_mbps"] for m in ms),
+            "rtt_median_ms": min(m["rtt_median_ms"] for m in ms),
+        }
+        for name, ms in runs.items()
+    }
+    ratios = {
+        name: {
+            "throughput_ratio": b["tcp_mbps"] / best["direct"]["tcp_mbps"],
+            "added_rtt_ms": b["rtt_median_ms"] - best["direct"]["rtt_median_ms"],
+        }
+        for name, b in best.items()
+        if name != "direct"
+    }
+    if "multihome" in best:
+        for name in ("openvpn", "wireguard-go"):
+            if name in best:
+                ratios[f"multihome_vs_{name}"] = {
+                    "throughput_ratio": best["multihome"]["tcp_mbps"] / best[name]["tcp_mbps"]
+                }
+    data = {
+        "cc": cc,
+        "seconds": seconds,
+        "repeats": repeats,
+        "openvpn_mode": "p2p, no encryption, no authentication (no --secret, no TLS)",
+        "wireguard_go_mode": "encrypted (ChaCha20-Poly1305), MTU 1420",
+        "multihome_mode": "encrypted (ChaCha20-Poly1305), aggregate policy, MTU 1374",
+        "runs": runs,
+        "best": best,
+        "ratios": ratios,
+        "skipped": skipped,
+        "reference": REFERENCE,
+    }
+    save("overhead", data, plot(data))
+    print(f"\n{'':13} {'TCP Mbit/s':>11} {'RTT ms':>8} {'vs direct':>10} {'added RTT':>10}")
+    for name, b in best.items():
+        r = ratios.get(name, {"throughput_ratio": 1.0, "added_rtt_ms": 0.0})
+        print(
+            f"{name:13} {b['tcp_mbps']:11.0f} {b['rtt_median_ms']:8.3f} "
+            f"{r['throughput_ratio']:10.3f} {r['added_rtt_ms']:+9.3f}"
+        )
+    for name, why in skipped.items():
+        print(f"{name:13} skipped: {why}")
+    return data

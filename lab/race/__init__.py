@@ -1,0 +1,1 @@
+"""The racing gateway's lab: topology, origin server, fetch workload, evaluator, benchmark."""

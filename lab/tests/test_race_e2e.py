@@ -1,0 +1,131 @@
+"""End-to-end tests of ``multihome race`` in network namespaces (see lab/race/topology.py).
+
+The uplinks are plain veths (sub-millisecond RTT), so every time bound below is the configured
+delay or timeout plus slack for a loaded 2-core machine: 0.5 s (a Python client start-up is
+not in the measured time; the slack covers scheduling of the daemon and the origin).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from lab.netns import Lab
+from lab.race.topology import ORIGIN, RaceTopology, UplinkSpec
+from lab.tools.tcpxfer import expected_sha256
+
+SLACK_S = 0.5
+
+
+def topo(lab: Lab, binary: Path) -> RaceTopology:
+    t = RaceTopology(lab, [UplinkSpec("a"), UplinkSpec("b")], binary=binary)
+    t.start_origin()
+    return t
+
+
+def uplink(status: dict, name: str) -> dict:
+    return next(u for u in status["uplinks"] if u["name"] == name)
+
+
+def test_refused_on_one_uplink_connects_refused_on_all_resets(
+    lab: Lab, multihome_bin: Path
+) -> None:
+    """Figure 3-3: an RST on one uplink is ignored; only when every uplink refuses is the
+    client refused (an RST on its accepted connection, before any byte)."""
+    t = topo(lab, multihome_bin)
+    t.start_race("race")
+    t.refuse(0)
+    res = t.get("/bytes/5000")
+    assert res["status"] == "ok" and res["bytes"] == 5000, res
+    st = t.status()
+    assert uplink(st, "a")["refusals"] == 1, st
+    assert uplink(st, "b")["chosen"] == 1, st
+
+    t.refuse(1)
+    res = t.get("/bytes/5000")
+    assert res["bytes"] == 0, res
+    assert res["status"] == "reset" or "reset" in res.get("error", ""), res
+    st = t.status()
+    assert st["counters"]["races_refused"] == 1, st
+    assert uplink(st, "b")["refusals"] == 1, st
+
+
+def test_blackholed_uplink_costs_at_most_the_delay(lab: Lab, multihome_bin: Path) -> None:
+    """AvMet prefers uplink a (ties go to the first); with a blackholed, each connection is
+    held for the configured delay D, then completes over b."""
+    delay_ms = 300
+    t = topo(lab, multihome_bin)
+    t.start_race("avmet", avmet_delay_ms=delay_ms, avmet_alpha=0.99)
+    t.blackhole(0)
+    for _ in range(4):
+        res = t.get("/bytes/20000")
+        assert res["status"] == "ok", res
+        assert res["total"] <= delay_ms / 1000 + SLACK_S, res
+    st = t.status()
+    assert uplink(st, "b")["chosen"] == 4, st
+    assert uplink(st, "a")["abandoned"] == 4, st
+    assert st["avmet"]["curbest"] > 0.5, st  # b won every race
+
+
+def test_unreachable_destination_times_out_to_a_reset(lab: Lab, multihome_bin: Path) -> None:
+    timeout_ms = 600
+    t = topo(lab, multihome_bin)
+    t.start_race("race", connect_timeout_ms=timeout_ms)
+    t.blackhole(0)
+    t.blackhole(1)
+    start = time.monotonic()
+    res = t.get("/bytes/100", timeout=10)
+    elapsed = time.monotonic() - start
+    assert res["bytes"] == 0 and res["status"] != "ok", res
+    assert timeout_ms / 1000 <= elapsed, elapsed
+    st = t.status()
+    assert st["counters"]["races_failed"] == 1, st
+    assert [u["timeouts"] for u in st["uplinks"]] == [1, 1], st
+
+
+def test_connection_limit_resets_and_logs(lab: Lab, multihome_bin: Path) -> None:
+    """With max_connections = 2 and both uplinks dead, two connections hang in their race;
+    a third is reset at once and the daemon says why."""
+    t = topo(lab, multihome_bin)
+    daemon = t.start_race("race", max_connections=2, connect_timeout_ms=5000)
+    t.blackhole(0)
+    t.blackhole(1)
+    script = (
+        "import socket,time\n"
+        f"held=[socket.create_connection(('{ORIGIN}',80)) for _ in range(2)]\n"
+        "time.sleep(0.3)\n"
+        f"s=socket.create_connection(('{ORIGIN}',80)); s.settimeout(2)\n"
+        "t=time.monotonic()\n"
+        "try:\n  print('data', s.recv(10))\n"
+        "except ConnectionResetError:\n  print('reset', time.monotonic()-t)\n"
+    )
+    out = t.lan.run(["python3", "-c", script], timeout=30).stdout
+    assert out.startswith("reset"), out
+    assert float(out.split()[1]) < 1.0, out
+    st = t.status()
+    assert st["counters"]["busy_refusals"] >= 1, st
+    assert "connection limit reached" in daemon.output()
+
+
+def test_dscp_pins_an_uplink(lab: Lab, multihome_bin: Path) -> None:
+    lab_topo = RaceTopology(
+        lab, [UplinkSpec("a"), UplinkSpec("b", extra={"dscp": 10})], binary=multihome_bin
+    )
+    lab_topo.start_origin()
+    lab_topo.start_race("race")
+    res = lab_topo.get("/bytes/1000", tos=10 << 2)
+    assert res["status"] == "ok", res
+    st = lab_topo.status()
+    assert uplink(st, "a")["attempts"] == 0, st
+    assert uplink(st, "b")["chosen"] == 1, st
+
+
+def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
+    t = topo(lab, multihome_bin)
+    t.start_race("race")
+    res = t.get("/seeded/100/7", sha256=True, timeout=120)
+    assert res["status"] == "ok", res
+    assert res["bytes"] == 100 << 20, res
+    assert res["sha256"] == expected_sha256(100, 7), res
+    st = t.status()
+    assert st["counters"]["relayed_down_bytes"] > 100 << 20, st
