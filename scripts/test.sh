@@ -13,7 +13,7 @@ bash scripts/setup.sh
 
 stage "format and lint"
 cargo fmt --all -- --check
-cargo clippy -q --all-targets --release -- -D warnings
+cargo clippy -q --workspace --all-targets -- -D warnings
 .venv/bin/ruff format --check lab
 .venv/bin/ruff check lab
 
