@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
     let sc = s.map(|s| s.counters()).unwrap_or_default();
+    let q = s.map(|s| s.queue_drops()).unwrap_or_default();
     json!({
         "rx_garbage": c.rx_garbage,
         "rx_unknown_index": c.rx_unknown_index,
@@ -26,6 +27,8 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "handshakes": c.handshakes,
         "tx_no_route": c.tx_no_route,
         "queue_drops": sc.queue_drops,
+        "codel_drops": q.codel,
+        "queue_overflow_drops": q.overflow,
         "no_key_drops": sc.no_key_drops,
     })
 }

@@ -6,6 +6,7 @@
 //! very same code (the shape of quinn-proto). Inputs are `handle_*(now, …)`; outputs are
 //! pulled with `poll_transmit`, `poll_deliver`, `poll_timeout` and `poll_event`.
 
+pub mod codel;
 pub mod crypto;
 pub mod replay;
 pub mod time;

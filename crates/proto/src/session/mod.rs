@@ -21,6 +21,7 @@ mod transmit;
 pub use keyring::{Keypair, Keyring, Slot};
 pub use transmit::Transmit;
 
+use crate::codel::{CodelQueue, QueueDrops};
 use crate::crypto::SessionId;
 use crate::path::{Path, PathConfig, PathId, PathState, PathView};
 use crate::policy::{parse_flow, FlowTable, Policy};
@@ -115,8 +116,7 @@ pub struct Session {
     reorder: ReorderBuffer,
     deliver: VecDeque<Vec<u8>>,
     jobs: VecDeque<Job>,
-    agg_queue: VecDeque<(u64, Arc<[u8]>)>,
-    agg_queue_bytes: usize,
+    agg_queue: CodelQueue,
     best: BestPath,
     redundant: Redundant,
     aggregate: Box<dyn Scheduler>,
@@ -155,8 +155,7 @@ impl Session {
             reorder: ReorderBuffer::new(cfg.reorder_max_bytes),
             deliver: VecDeque::new(),
             jobs: VecDeque::new(),
-            agg_queue: VecDeque::new(),
-            agg_queue_bytes: 0,
+            agg_queue: CodelQueue::new(cfg.queue_max_bytes),
             best: BestPath::new(cfg.failback_hold),
             redundant: Redundant::new(None),
             aggregate,
@@ -176,6 +175,11 @@ impl Session {
     /// Counters.
     pub fn counters(&self) -> SessionCounters {
         self.counters
+    }
+
+    /// Drops in the aggregate ingress queue.
+    pub fn queue_drops(&self) -> QueueDrops {
+        self.agg_queue.drops()
     }
 
     /// Reorder metrics.
@@ -252,35 +256,27 @@ impl Session {
             self.counters.no_key_drops += 1;
             return;
         }
-        if policy == Policy::Aggregate
-            && self.agg_queue_bytes + packet.len() > self.cfg.queue_max_bytes
-        {
-            // Dropped before taking a sequence number: a number that is never sent would
-            // be a hole the receiver's reorder buffer waits for in vain.
-            self.counters.queue_drops += 1;
+        let packet: Arc<[u8]> = Arc::from(packet);
+        if policy == Policy::Aggregate {
+            // Sequence numbers are taken when packets leave the queue (see codel.rs).
+            if self.agg_queue.push(now, packet) {
+                self.counters.tx_ip_packets += 1;
+            }
             return;
         }
         self.counters.tx_ip_packets += 1;
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
-        let packet: Arc<[u8]> = Arc::from(packet);
-        match policy {
-            Policy::Aggregate => {
-                self.agg_queue_bytes += packet.len();
-                self.agg_queue.push_back((seq, packet));
+        let views = self.views();
+        let sel = match policy {
+            Policy::Redundant { copies } => {
+                self.redundant = Redundant::new(copies.map(usize::from));
+                self.redundant.select(now, &views, packet.len())
             }
-            Policy::Best | Policy::Redundant { .. } => {
-                let views = self.views();
-                let sel = if let Policy::Redundant { copies } = policy {
-                    self.redundant = Redundant::new(copies.map(usize::from));
-                    self.redundant.select(now, &views, packet.len())
-                } else {
-                    self.best.select(now, &views, packet.len())
-                };
-                let flags = DataFlags::new(policy.code(), false);
-                self.push_data_jobs(sel, seq, flags, packet);
-            }
-        }
+            _ => self.best.select(now, &views, packet.len()),
+        };
+        let flags = DataFlags::new(policy.code(), false);
+        self.push_data_jobs(sel, seq, flags, packet);
     }
 
     fn push_data_jobs(&mut self, sel: Selection, seq: u64, flags: DataFlags, packet: Arc<[u8]>) {
@@ -329,19 +325,19 @@ impl Session {
                 v.inflight_bytes += l;
             }
         }
-        while let Some((_, pkt)) = self.agg_queue.front() {
+        while let Some(len) = self.agg_queue.head(now).map(|p| p.len()) {
             if self.jobs.len() >= MAX_JOBS {
                 break;
             }
-            let len = pkt.len();
             let sel = self.aggregate.select(now, &views, len);
             if sel == Selection::Wait {
                 break;
             }
-            let Some((seq, pkt)) = self.agg_queue.pop_front() else {
+            let Some(pkt) = self.agg_queue.take() else {
                 break;
             };
-            self.agg_queue_bytes -= len;
+            let seq = self.next_data_seq;
+            self.next_data_seq += 1;
             if let Selection::Paths(p) = &sel {
                 for id in p {
                     if let Some(v) = views.iter_mut().find(|v| v.id == *id) {
