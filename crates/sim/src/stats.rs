@@ -181,7 +181,7 @@ pub struct ReorderReport {
     pub mean_occupancy: f64,
     /// Largest occupancy, packets.
     pub max_occupancy: u64,
-    /// Mean occupancy in bytes (IP packets held).
+    /// Mean occupancy in bytes (inner packets held; sizes from datagram lengths, ±26 B).
     pub mean_occupancy_bytes: f64,
     /// Fraction of packets with a non-zero displacement.
     pub displaced: f64,

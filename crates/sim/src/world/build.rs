@@ -186,7 +186,6 @@ impl World {
             clients.push(ClientNode {
                 ep,
                 links: Vec::new(),
-                data_lens: [Vec::new(), Vec::new()],
                 next_tag: [0, 0],
                 arrivals: [Vec::new(), Vec::new()],
             });

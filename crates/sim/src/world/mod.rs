@@ -63,9 +63,9 @@ const STUCK_AFTER: u32 = 10_000;
 pub struct Envelope {
     bytes: Vec<u8>,
     src: SocketAddr,
-    /// Sequence of a data-carrying tunnel datagram in its sender's transmit order (set only
-    /// when tracing reorder).
-    tag: Option<u64>,
+    /// (sequence in its sender's transmit order, approximate inner packet bytes) of a
+    /// data-carrying tunnel datagram (set only when tracing reorder).
+    tag: Option<(u64, u32)>,
 }
 
 /// Where a hop hands what it releases.
@@ -101,8 +101,6 @@ struct ClientNode {
     ep: Option<Client>,
     /// (first up hop, first down hop) per link.
     links: Vec<(u32, u32)>,
-    /// Inner packet length by data sequence, per direction (reorder tracing).
-    data_lens: [Vec<u32>; 2],
     next_tag: [u64; 2],
     /// (data sequence, bytes) in arrival order at the receiver, per direction.
     arrivals: [Vec<(u64, u32)>; 2],
@@ -276,11 +274,9 @@ impl World {
         self.rearm_hop(h);
     }
 
-    fn record_arrival(&mut self, c: u32, dir: usize, tag: Option<u64>) {
+    fn record_arrival(&mut self, c: u32, dir: usize, tag: Option<(u64, u32)>) {
         if let Some(t) = tag {
-            let node = &mut self.clients[c as usize];
-            let len = node.data_lens[dir].get(t as usize).copied().unwrap_or(0);
-            node.arrivals[dir].push((t, len));
+            self.clients[c as usize].arrivals[dir].push(t);
         }
     }
 
@@ -347,28 +343,14 @@ impl World {
         }
         let now = pi(self.now());
         self.counters.inner_packets += 1;
-        let trace = self.trace;
         let node = &mut self.clients[c as usize];
         let then = match (side, node.ep.as_mut(), self.server.as_mut()) {
             (Side::Client, Some(ep), _) => {
-                let before = ep.session().counters().tx_ip_packets;
                 ep.handle_tun_packet(now, &pkt);
-                if trace && ep.session().counters().tx_ip_packets > before {
-                    node.data_lens[UP].push(pkt.len() as u32);
-                }
                 Then::Client
             }
             (Side::Origin, _, Some(s)) => {
-                let sent = |s: &Server| {
-                    s.peers()
-                        .nth(c as usize)
-                        .and_then(|p| p.session.map(|x| x.counters().tx_ip_packets))
-                };
-                let before = if trace { sent(s) } else { None };
                 s.handle_tun_packet(now, &pkt);
-                if trace && sent(s) > before {
-                    node.data_lens[DOWN].push(pkt.len() as u32);
-                }
                 Then::Server
             }
             (Side::Client, None, _) => Then::Raw(node.links[0].0, pkt),
@@ -391,7 +373,12 @@ impl World {
     }
 
     /// Tag of a datagram about to leave, if it carries data and tracing is on.
-    fn tag(&mut self, c: u32, dir: usize, bytes: &[u8]) -> Option<u64> {
+    ///
+    /// The core numbers single-copy data in the order it builds datagrams (the aggregate
+    /// queue is FIFO and numbers at dequeue), so the k-th data datagram a sender emits
+    /// carries its k-th `data_seq`: the tag is that k (cross-checked against the core's
+    /// own reorder statistics in tests/scenarios.rs). Not valid for redundant copies.
+    fn tag(&mut self, c: u32, dir: usize, bytes: &[u8]) -> Option<(u64, u32)> {
         // Data datagrams start with type 3; with at least one DATA frame (12 bytes + an
         // IP packet of 20 or more) they are longer than any ACK/PING/CLOSE-only one (67).
         if !self.trace || bytes.first() != Some(&3) || bytes.len() <= 67 {
@@ -399,7 +386,10 @@ impl World {
         }
         let n = &mut self.clients[c as usize].next_tag[dir];
         *n += 1;
-        Some(*n - 1)
+        // Inner packet size: the datagram minus its fixed overhead (a piggybacked ACK, when
+        // present, adds 26 bytes the receiver cannot see from outside: ≤ 2 % error).
+        let len = bytes.len().saturating_sub(proto::wire::OVERHEAD_BYTES) as u32;
+        Some((*n - 1, len))
     }
 
     fn flush_client(&mut self, c: u32) {
