@@ -195,7 +195,10 @@ mod tests {
         assert!(drop_times[0] >= 100, "first drop at {} ms", drop_times[0]);
         let first_half = drop_times.iter().filter(|&&t| t < 2000).count();
         let second_half = drop_times.len() - first_half;
-        assert!(second_half > first_half, "{first_half} then {second_half}: rate must rise");
+        assert!(
+            second_half > first_half,
+            "{first_half} then {second_half}: rate must rise"
+        );
         assert_eq!(q.drops().overflow, 0);
     }
 
