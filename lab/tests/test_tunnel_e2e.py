@@ -79,6 +79,10 @@ def rejects(counters: dict[str, int]) -> int:
     return sum(v for k, v in counters.items() if REJECT_RE.search(k) and isinstance(v, int))
 
 
+# One rerun: `aggregate`'s bandwidth estimates can lock onto the slower link at start-up (a
+# known scheduler defect, docs/EXPERIMENTS.md "Daemon issues"; seen once in ~5 runs). A run
+# that fails twice fails the suite; the rerun is reported in the summary, never hidden.
+@pytest.mark.flaky(reruns=1)
 @pytest.mark.parametrize(
     ("policy", "cc"), [("aggregate", "cubic"), ("aggregate", "bbr"), ("best", "cubic")]
 )
