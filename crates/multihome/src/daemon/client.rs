@@ -122,14 +122,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     let names: Vec<String> = links.iter().map(|l| l.name.clone()).collect();
     let mut watcher = register(LinkWatcher::new().context("opening netlink")?)?;
     let control = ControlSocket::bind(&s.control_socket)?;
-    let metrics = match s.metrics_listen {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("metrics_listen {a}"))?,
-        ),
-        None => None,
-    };
+    let metrics = super::bind_metrics(s.metrics_listen).await?;
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
     let mut batch = TxBatch::new();
     let mut tun_writer = TunWriter::default();

@@ -70,6 +70,20 @@ pub fn os_seed() -> Result<[u8; 32]> {
     Ok(seed)
 }
 
+/// Binds the optional Prometheus listener.
+pub async fn bind_metrics(
+    addr: Option<std::net::SocketAddr>,
+) -> Result<Option<tokio::net::TcpListener>> {
+    match addr {
+        Some(a) => Ok(Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("metrics_listen {a}"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
 /// Registers a readable fd with the runtime.
 pub fn register<T: std::os::fd::AsRawFd>(inner: T) -> Result<AsyncFd<T>> {
     // SAFETY: every type registered here (Tun, LinkSocket, LinkWatcher) owns its fd and

@@ -78,14 +78,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
         super::os_seed()?,
     );
     let control = ControlSocket::bind(&s.control_socket)?;
-    let metrics = match s.metrics_listen {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("metrics_listen {a}"))?,
-        ),
-        None => None,
-    };
+    let metrics = super::bind_metrics(s.metrics_listen).await?;
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
     let mut batch = TxBatch::new();
     let mut tun_writer = TunWriter::default();

@@ -27,9 +27,12 @@ use crate::path::{Path, PathConfig, PathId, PathState, PathView};
 use crate::policy::{parse_flow, FlowTable, Policy};
 use crate::reorder::{ReorderBuffer, ReorderStats};
 use crate::replay::ReplayWindow;
-use crate::sched::{BestPath, EarliestArrival, Redundant, Scheduler, Selection, Weighted};
+use crate::sched::{
+    BestPath, EarliestArrival, PathSet, Redundant, Scheduler, Selection, Weighted, MAX_PATHS,
+};
 use crate::wire::{DataFlags, Frame, FrameReader, InnerHeader, OuterPacket};
 use crate::Instant;
+use arrayvec::ArrayVec;
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -280,8 +283,8 @@ impl Session {
     }
 
     fn push_data_jobs(&mut self, sel: Selection, seq: u64, flags: DataFlags, packet: Arc<[u8]>) {
-        let targets: Vec<PathId> = match sel {
-            Selection::Paths(p) => p.to_vec(),
+        let targets: PathSet = match sel {
+            Selection::Paths(p) => p,
             Selection::AllPaths | Selection::Wait => self
                 .paths
                 .iter()
@@ -303,28 +306,23 @@ impl Session {
         }
     }
 
-    /// Scheduler views of all paths.
-    pub fn views(&self) -> Vec<PathView> {
-        self.paths.iter().map(|s| s.path.view()).collect()
+    /// Scheduler views of all paths (no allocation: this runs per packet).
+    pub fn views(&self) -> ArrayVec<PathView, MAX_PATHS> {
+        self.paths
+            .iter()
+            .take(MAX_PATHS)
+            .map(|s| s.path.view())
+            .collect()
     }
 
     /// Moves packets from the aggregate queue to jobs while the scheduler finds a path
-    /// with window; the view is updated per packet so windows fill up correctly.
+    /// with window; the view is updated per packet so windows fill up correctly. Called
+    /// only when no job is pending, so the views' in-flight bytes are complete.
     fn schedule_aggregate(&mut self, now: Instant) {
         if self.agg_queue.is_empty() {
             return;
         }
         let mut views = self.views();
-        let pending: Vec<(PathId, u64)> = self
-            .jobs
-            .iter()
-            .filter_map(|j| j.data_len().map(|l| (j.path(), l as u64)))
-            .collect();
-        for (p, l) in pending {
-            if let Some(v) = views.iter_mut().find(|v| v.id == p) {
-                v.inflight_bytes += l;
-            }
-        }
         while let Some(len) = self.agg_queue.head(now).map(|p| p.len()) {
             if self.jobs.len() >= MAX_JOBS {
                 break;
@@ -431,7 +429,8 @@ impl Session {
                         self.counters.rx_duplicates += 1;
                         continue;
                     }
-                    if let Some((key, _)) = parse_flow(d.payload) {
+                    // Only the server schedules return traffic by the peer's policy.
+                    if let Some((key, _)) = create_paths.then(|| parse_flow(d.payload)).flatten() {
                         self.flows
                             .learn(now, key, Policy::from_code(d.flags.policy_code()));
                     }

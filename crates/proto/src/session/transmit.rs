@@ -41,13 +41,6 @@ impl Job {
             | Job::Close { path } => *path,
         }
     }
-
-    pub(super) fn data_len(&self) -> Option<usize> {
-        match self {
-            Job::Data { packet, .. } => Some(packet.len()),
-            _ => None,
-        }
-    }
 }
 
 /// A datagram ready in the caller's buffer.
@@ -65,7 +58,9 @@ impl Session {
     /// Builds the next datagram into `buf`; `None` when there is nothing to send.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         loop {
-            self.schedule_aggregate(now);
+            if self.jobs.is_empty() {
+                self.schedule_aggregate(now);
+            }
             let job = self.jobs.pop_front()?;
             if let Some(t) = self.build(now, &job, buf) {
                 return Some(t);
