@@ -58,6 +58,7 @@ pub fn frames(data: &[u8]) {
             Ok(Frame::Ack(a)) => w.ack(&a),
             Ok(Frame::Ping) => w.ping(),
             Ok(Frame::Close) => w.close(),
+            Ok(Frame::Pair(p)) => w.pair(&p),
             Err(_) => {
                 complete = false;
                 break;

@@ -2,8 +2,9 @@
 
 Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTCP),
 ``overhead`` (one path: direct, multihome, OpenVPN, wireguard-go), ``failover`` (a link cut
-mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``all``.
-Needs root; builds its own namespaces and removes them, even after a failure.
+mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``aggregate`` (one TCP
+flow over unequal links and trace pairs: goodput against the summed rate, RTT, reorder; issue
+4), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -11,32 +12,45 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import failover, overhead, simult_flows
+from lab.bench import aggregate, failover, overhead, simult_flows
 
-SUITES = ("simult-flows", "overhead", "failover")
+SUITES = ("simult-flows", "overhead", "failover", "aggregate")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     parser.add_argument("suite", choices=[*SUITES, "all"])
-    parser.add_argument("--runs", type=int, help="runs per case (simult-flows 5, failover 3)")
     parser.add_argument(
-        "--cases", type=int, nargs="*", help="simult-flows: only these case indexes (0-5)"
+        "--runs", type=int, help="runs per case (simult-flows 5, failover 3, aggregate 1)"
+    )
+    parser.add_argument(
+        "--cases",
+        nargs="*",
+        help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
+        "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'",
     )
     parser.add_argument(
         "--scheduler",
         choices=["earliest", "weighted"],
         help="simult-flows: multihome's aggregate_scheduler (a diagnostic variant)",
     )
-    parser.add_argument("--seconds", type=float, help="overhead: seconds per TCP test")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30)",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     args = parser.parse_args()
     suites = SUITES if args.suite == "all" else (args.suite,)
     for suite in suites:
         if suite == "simult-flows":
-            simult_flows.main(runs=args.runs, only=args.cases, scheduler=args.scheduler)
+            only = None if args.cases is None else [int(c) for c in args.cases]
+            simult_flows.main(runs=args.runs, only=only, scheduler=args.scheduler)
         elif suite == "overhead":
             overhead.main(seconds=args.seconds, repeats=args.repeats)
+        elif suite == "aggregate":
+            aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         else:
             failover.main(runs=args.runs or 3)
     return 0

@@ -39,8 +39,10 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
     let links: Vec<Value> = s
         .paths()
         .map(|p| {
-            let v = p.view();
+            // The view's time only matters for the pacer's ready time, not shown here.
+            let v = p.view(proto::Instant::ZERO);
             let c = p.counters();
+            let l = p.loss_counters();
             json!({
                 "id": p.id().0,
                 "name": name_of(p.id()),
@@ -52,6 +54,11 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                 "delivery_rate_bps": v.bandwidth_bps * 8.0,
                 "inflight_bytes": v.inflight_bytes,
                 "cwnd_bytes": v.cwnd_bytes,
+                "pacing_rate_bps": v.pacing_bps * 8.0,
+                "pair_capacity_bps": p.capacity().map(|c| c * 8.0),
+                "rate_mode": if p.in_startup() { "startup" } else { "probe" },
+                "congestion_losses": l.congestion,
+                "error_losses": l.error,
                 "tx_bytes": c.tx_bytes,
                 "rx_bytes": c.rx_bytes,
                 "tx_packets": c.tx_packets,
@@ -68,7 +75,9 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
         "rx_ip_packets": sc.rx_ip_packets,
         "reorder": {"held": r.held, "skipped_gaps": r.skipped_gaps, "late": r.late,
                     "mean_occupancy": if r.inserts > 0 { r.occupancy_sum as f64 / r.inserts as f64 } else { 0.0 },
-                    "max_held": r.max_held},
+                    "max_held": r.max_held, "inserts": r.inserts,
+                    "occupancy_sum": r.occupancy_sum, "lost_skips": r.lost_skips,
+                    "displaced": r.displaced, "density": r.density.to_vec()},
         "links": links,
     })
 }

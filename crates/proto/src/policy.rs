@@ -218,7 +218,7 @@ impl FlowTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A minimal IPv4/UDP packet with the given DSCP and ports.

@@ -3,7 +3,9 @@
 //! Packets flagged `ordered` (the `aggregate` policy) that arrive ahead of a gap are held
 //! until the gap fills, or until the gap has lasted `hold` (which the session derives from
 //! the measured RTT difference between paths, not a fixed constant), or until the buffer
-//! exceeds its byte or entry bound — then the gap is skipped. Unordered packets (`best`,
+//! exceeds its byte or entry bound — then the gap is skipped — or until the session
+//! learns that the hole was lost (`skip_lost_below`: every active path has delivered
+//! something newer, and paths are FIFO). Unordered packets (`best`,
 //! `redundant`) pass straight through but still fill their slot so they never block
 //! others. A packet older than the in-order point (it lost a race with a skip) is
 //! delivered at once rather than dropped: late is better than lost for the inner TCP.
@@ -20,7 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 pub const MAX_ENTRIES: usize = 16_384;
 
 /// Reorder metrics (seed 003 §4.3: buffer occupancy and reorder density come from these).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReorderStats {
     /// Ordered packets that had to wait.
     pub held: u64,
@@ -34,6 +36,29 @@ pub struct ReorderStats {
     pub inserts: u64,
     /// Largest number of packets held at once.
     pub max_held: u64,
+    /// Gaps given up on because their packet was known lost (no waiting).
+    pub lost_skips: u64,
+    /// Ordered packets that did not arrive right after the highest seen so far.
+    pub displaced: u64,
+    /// Reorder density (seed 003 §4.3, RFC 5236 style): counts of the displacement
+    /// `seq − (highest seen + 1)` of ordered arrivals, clamped to ±16; index 16 = in order.
+    pub density: [u64; 33],
+}
+
+impl Default for ReorderStats {
+    fn default() -> Self {
+        ReorderStats {
+            held: 0,
+            skipped_gaps: 0,
+            late: 0,
+            occupancy_sum: 0,
+            inserts: 0,
+            max_held: 0,
+            lost_skips: 0,
+            displaced: 0,
+            density: [0; 33],
+        }
+    }
 }
 
 struct Entry {
@@ -49,6 +74,7 @@ pub struct ReorderBuffer {
     held_bytes: usize,
     max_bytes: usize,
     gap_since: Option<Instant>,
+    highest: Option<u64>,
     stats: ReorderStats,
 }
 
@@ -62,6 +88,7 @@ impl ReorderBuffer {
             held_bytes: 0,
             max_bytes,
             gap_since: None,
+            highest: None,
             stats: ReorderStats::default(),
         }
     }
@@ -87,6 +114,13 @@ impl ReorderBuffer {
     ) {
         self.stats.inserts += 1;
         self.stats.occupancy_sum += self.held_packets as u64;
+        if ordered {
+            let expected = self.highest.map_or(seq, |h| h + 1);
+            let d = (seq as i128 - expected as i128).clamp(-16, 16);
+            self.stats.density[(d + 16) as usize] += 1;
+            self.stats.displaced += u64::from(d != 0);
+        }
+        self.highest = Some(self.highest.map_or(seq, |h| h.max(seq)));
         let next = *self.next.get_or_insert(seq);
         if seq < next {
             self.stats.late += u64::from(ordered);
@@ -133,6 +167,22 @@ impl ReorderBuffer {
             .is_some_and(|t| now.saturating_since(t) >= hold)
         {
             self.skip_gap(now, out);
+        }
+    }
+
+    /// Gives up at once on every gap below `bound`: the session knows those packets were
+    /// lost (every active path has delivered a newer one). Held packets behind them go.
+    pub fn skip_lost_below(&mut self, now: Instant, bound: u64, out: &mut VecDeque<Vec<u8>>) {
+        while let Some(n) = self.next {
+            if n >= bound || self.gap_since.is_none() {
+                break;
+            }
+            let Some((&first, _)) = self.entries.first_key_value() else {
+                break;
+            };
+            self.stats.lost_skips += 1;
+            self.next = Some(first.min(bound).max(n + 1));
+            self.drain(now, out);
         }
     }
 
@@ -228,6 +278,27 @@ mod tests {
         b.insert(t(41), 1, vec![1], true, &mut out);
         assert_eq!(out.back(), Some(&vec![1]), "late packet still delivered");
         assert_eq!(b.stats().late, 1);
+    }
+
+    #[test]
+    fn known_lost_holes_are_skipped_at_once() {
+        let mut b = ReorderBuffer::new(1 << 20);
+        let mut out = VecDeque::new();
+        b.insert(t(0), 0, vec![0], true, &mut out);
+        b.insert(t(1), 2, vec![2], true, &mut out);
+        b.insert(t(1), 5, vec![5], true, &mut out);
+        // Hole 1 is lost; 3 and 4 may still come.
+        b.skip_lost_below(t(2), 3, &mut out);
+        assert_eq!(out, [vec![0], vec![2]]);
+        assert_eq!(b.held_packets(), 1);
+        b.skip_lost_below(t(2), 6, &mut out);
+        assert_eq!(out, [vec![0], vec![2], vec![5]]);
+        assert_eq!(b.stats().lost_skips, 2);
+        assert_eq!(b.stats().skipped_gaps, 0);
+        // Density: 0 in order, 2 is +1, 5 is +2.
+        let d = b.stats().density;
+        assert_eq!((d[16], d[17], d[18]), (1, 1, 1));
+        assert_eq!(b.stats().displaced, 2);
     }
 
     #[test]

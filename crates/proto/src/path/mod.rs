@@ -2,25 +2,35 @@
 //! numbers, estimators, feedback and liveness.
 //!
 //! Sender side: every datagram gets a `path_seq`; ACK frames from the peer give RTT
-//! samples, cumulative loss, delivery-rate samples and the bytes in flight. Receiver side:
-//! counts what arrives and schedules ACK frames (immediately on PING or every
-//! `ACK_EVERY` datagrams, else after `MAX_ACK_DELAY`). Liveness: a path whose oldest
+//! samples, cumulative loss, delivery-rate samples and the bytes in flight; the rate
+//! controller (`control.rs`) turns them into a pacing rate (`pacer.rs`) and a window.
+//! Receiver side (`receiver.rs`): counts what arrives, measures packet pairs (`pair.rs`)
+//! and schedules ACK and PAIR frames. Liveness: a path whose oldest
 //! unacknowledged datagram is older than the detection time is `Down`; keepalive PINGs
 //! are sent on idle paths so this holds without user traffic.
 //!
 //! Invariants: all counters are monotonic; a path never reports `Up` without having
 //! received feedback; memory per path is bounded (fixed ring of sent records).
 
+mod control;
+mod pacer;
+mod pair;
 mod rate;
+mod receiver;
 mod rtt;
 mod sent;
 
+pub use control::LossCounters;
 pub use rate::{DeliveryRate, WindowedMaxRate};
+pub use receiver::Received;
 pub use rtt::RttEstimator;
 
 use crate::wire::AckFrame;
 use crate::Instant;
+use control::{PathNow, RateControl, Verdict};
 use core::time::Duration;
+use pacer::Pacer;
+use pair::PairMeter;
 use sent::{SentRecord, SentRing};
 use std::net::SocketAddr;
 
@@ -93,6 +103,15 @@ pub struct PathView {
     pub loss: f64,
     /// Since when the path has been continuously `Up` (for failback hysteresis).
     pub up_since: Option<Instant>,
+    /// Pacing rate, bytes/s.
+    pub pacing_bps: f64,
+    /// When the pacer lets the next full-size datagram go (≤ the view's time: at once).
+    pub ready_at: Instant,
+    /// Whether the bandwidth estimate comes from a time the path was busy (else it only
+    /// says what the path was given, not what it can carry).
+    pub bw_valid: bool,
+    /// Bottleneck capacity the peer measured with packet pairs, bytes/s (0 = unknown).
+    pub capacity_bps: f64,
 }
 
 impl PathView {
@@ -105,6 +124,22 @@ impl PathView {
     pub fn has_window(&self, len: usize) -> bool {
         self.inflight_bytes + len as u64 <= self.cwnd_bytes
     }
+
+    /// Queueing delay the path shows now (smoothed RTT above the minimum).
+    pub fn queue_delay(&self) -> Duration {
+        self.srtt.saturating_sub(self.min_rtt)
+    }
+}
+
+/// What a datagram carries, as far as the path's accounting cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentKind {
+    /// An IP packet (elicits an ACK, counts for pacing pairs and rate samples).
+    Data,
+    /// A keepalive PING (elicits an ACK; its rate sample says nothing about capacity).
+    Probe,
+    /// Feedback only (never acknowledged).
+    AckOnly,
 }
 
 /// Timing parameters of a path.
@@ -147,7 +182,11 @@ pub struct Path {
     loss: f64,
     rtt: RttEstimator,
     rate: DeliveryRate,
+    control: RateControl,
+    pacer: Pacer,
+    app_limited: bool,
     // Receiver side.
+    pair: PairMeter,
     rx_largest: Option<(u32, Instant)>,
     rx_count: u64,
     rx_bytes: u64,
@@ -177,6 +216,10 @@ impl Path {
             loss: 0.0,
             rtt: RttEstimator::new(Duration::from_millis(100)),
             rate: DeliveryRate::new(now),
+            control: RateControl::new(now),
+            pacer: Pacer::new(now),
+            app_limited: false,
+            pair: PairMeter::new(u64::from(id.0) + 1),
             rx_largest: None,
             rx_count: 0,
             rx_bytes: 0,
@@ -248,11 +291,9 @@ impl Path {
         self.state = s;
     }
 
-    /// Congestion window: 1.5 times the estimated bandwidth-delay product plus room for
-    /// delayed feedback. One BDP keeps the path busy; the extra half lets the delivery
-    /// rate (and so the estimate) grow by half per RTT when the path has more to give,
-    /// while the standing queue stays at most half a BDP — which is also what the
-    /// receiver's reorder buffer must absorb.
+    /// Window: twice the estimated bandwidth-delay product (with room for delayed
+    /// feedback). Pacing sets the rate; the window only caps what is in flight when
+    /// feedback stalls, so a path that dies cannot swallow more than two BDPs of packets.
     pub fn cwnd_bytes(&self) -> u64 {
         let bw = self.rate.bandwidth();
         if bw <= 0.0 {
@@ -260,7 +301,53 @@ impl Path {
         }
         let rtt = self.rtt.min() + MAX_ACK_DELAY * 2;
         let bdp = bw * rtt.as_secs_f64();
-        ((1.5 * bdp) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
+        ((2.0 * bdp) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
+    }
+
+    fn now_view(&self) -> PathNow {
+        PathNow {
+            bw: self.rate.bandwidth(),
+            min_rtt: self.rtt.min(),
+            srtt: self.rtt.smoothed(),
+        }
+    }
+
+    /// Pacing rate, bytes/s.
+    pub fn pacing_rate(&self) -> f64 {
+        self.control
+            .pacing_rate(self.now_view(), INITIAL_CWND_BYTES)
+    }
+
+    /// Loss discrimination counters (congestion vs transmission error).
+    pub fn loss_counters(&self) -> LossCounters {
+        self.control.loss_counters()
+    }
+
+    /// Whether the rate controller is still in startup (gain 2).
+    pub fn in_startup(&self) -> bool {
+        self.control.in_startup()
+    }
+
+    /// The peer's packet-pair capacity estimate, bytes/s.
+    pub fn capacity(&self) -> Option<f64> {
+        self.control.capacity()
+    }
+
+    /// When the pacer lets the next full-size datagram go (absolute; past = at once).
+    pub fn pacing_ready_time(&self) -> Instant {
+        self.pacer.ready_time(self.pacing_rate(), 1500)
+    }
+
+    /// Marks the path application-limited: it had room but nothing to send, so delivery
+    /// samples taken until it is busy again understate what it can carry.
+    pub fn set_app_limited(&mut self, limited: bool) {
+        self.app_limited = limited;
+    }
+
+    /// The peer measured the path's capacity with packet pairs.
+    pub fn on_pair_report(&mut self, capacity_kbps: u32) {
+        self.control
+            .on_capacity(f64::from(capacity_kbps) * 1000.0 / 8.0);
     }
 
     /// Bytes sent but not covered by feedback yet.
@@ -268,8 +355,9 @@ impl Path {
         self.cum_sent_bytes - self.acked_cum_bytes
     }
 
-    /// The scheduler's view.
-    pub fn view(&self) -> PathView {
+    /// The scheduler's view at `now`.
+    pub fn view(&self, now: Instant) -> PathView {
+        let pacing_bps = self.pacing_rate();
         PathView {
             id: self.id,
             state: self.state,
@@ -281,18 +369,27 @@ impl Path {
             cwnd_bytes: self.cwnd_bytes(),
             loss: self.loss,
             up_since: self.up_since,
+            pacing_bps,
+            ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
+            bw_valid: self.rate.valid(),
+            capacity_bps: self.control.capacity().unwrap_or(0.0),
         }
     }
 
     /// Records a datagram of `bytes` being sent now; returns its `path_seq`. Only
-    /// `eliciting` datagrams (DATA, PING) start the liveness clock: an ACK-only datagram
+    /// eliciting datagrams (DATA, PING) start the liveness clock: an ACK-only datagram
     /// is never acknowledged (else two idle peers would ACK each other's ACKs forever).
-    pub fn on_sent(&mut self, now: Instant, bytes: usize, eliciting: bool) -> u32 {
+    pub fn on_sent(&mut self, now: Instant, bytes: usize, kind: SentKind) -> u32 {
+        let eliciting = kind != SentKind::AckOnly;
+        let data = kind == SentKind::Data;
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         self.cum_sent_bytes += bytes as u64;
         let idle = self.first_unacked_time.is_none();
-        let rate = self.rate.snapshot(now, idle);
+        // A lone keepalive's delivery rate is its own tiny rate: never a capacity sample.
+        let rate = self.rate.snapshot(now, idle, self.app_limited || !data);
+        let pacing = self.pacing_rate();
+        self.pacer.on_sent(now, pacing, bytes, data);
         self.sent.insert(SentRecord {
             seq,
             time: now,
@@ -333,9 +430,15 @@ impl Path {
             };
             self.rtt.on_sample(corrected);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
+            if let Verdict::Decrease(bw) = self.control.on_rtt_sample(corrected, self.now_view()) {
+                self.rate.reset_to(now, bw);
+            }
         }
-        self.update_loss(ack);
+        if self.update_loss(ack) {
+            self.control.on_loss(self.rtt.latest(), self.rtt.min());
+        }
         self.rate.on_ack(now, ack.recv_bytes, rec.map(|r| r.rate));
+        self.control.on_feedback(now, self.now_view());
         let window =
             (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));
         self.rate.set_window(now, window);
@@ -362,19 +465,23 @@ impl Path {
     }
 
     /// Cumulative loss from (largest seq, received count) pairs: between two feedbacks,
-    /// `Δsent − Δreceived` datagrams were lost. EWMA weighted by interval size.
-    fn update_loss(&mut self, ack: &AckFrame) {
+    /// `Δsent − Δreceived` datagrams were lost. EWMA weighted by interval size. Returns
+    /// whether this feedback revealed a new loss.
+    fn update_loss(&mut self, ack: &AckFrame) -> bool {
+        let mut new_loss = false;
         let sent_upto = u64::from(ack.largest) + 1;
         if let Some((prev_largest, prev_count)) = self.last_feedback {
             let d_sent = sent_upto.saturating_sub(u64::from(prev_largest) + 1);
             let d_recv = ack.recv_count.saturating_sub(prev_count);
             if d_sent > 0 {
+                new_loss = d_sent > d_recv;
                 let lost = d_sent.saturating_sub(d_recv) as f64 / d_sent as f64;
                 let w = (d_sent as f64 / 64.0).min(1.0) * 0.25;
                 self.loss = self.loss * (1.0 - w) + lost * w;
             }
         }
         self.last_feedback = Some((ack.largest, ack.recv_count));
+        new_loss
     }
 
     /// Re-evaluates liveness; returns the new state if it changed.
@@ -425,62 +532,6 @@ impl Path {
             self.last_sent_time
                 .map_or(Instant::ZERO, |t| t + self.cfg.probe_interval),
         )
-    }
-
-    // ---- receiver side ----
-
-    /// Records an authenticated datagram received on this path. `eliciting` datagrams
-    /// (with DATA or PING) schedule an ACK; `ping` asks for it at once.
-    pub fn on_received(
-        &mut self,
-        now: Instant,
-        path_seq: u32,
-        bytes: usize,
-        eliciting: bool,
-        ping: bool,
-    ) {
-        self.rx_count += 1;
-        self.rx_bytes += bytes as u64;
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += bytes as u64;
-        if self
-            .rx_largest
-            .is_none_or(|(l, _)| path_seq.wrapping_sub(l) as i32 > 0)
-        {
-            self.rx_largest = Some((path_seq, now));
-        }
-        if !eliciting {
-            return;
-        }
-        self.unacked_rx += 1;
-        if ping || self.unacked_rx >= ACK_EVERY {
-            self.ack_deadline = Some(now);
-        } else if self.ack_deadline.is_none() {
-            self.ack_deadline = Some(now + MAX_ACK_DELAY);
-        }
-    }
-
-    /// When an ACK for this path is due.
-    pub fn ack_deadline(&self) -> Option<Instant> {
-        self.ack_deadline
-    }
-
-    /// Builds the ACK frame if one is due (or `force`), and marks it sent.
-    pub fn take_ack(&mut self, now: Instant, force: bool) -> Option<AckFrame> {
-        let due = self.ack_deadline.is_some_and(|d| d <= now);
-        if !(due || force && self.ack_deadline.is_some()) {
-            return None;
-        }
-        let (largest, at) = self.rx_largest?;
-        self.ack_deadline = None;
-        self.unacked_rx = 0;
-        Some(AckFrame {
-            path: self.id.0,
-            largest,
-            ack_delay_us: now.saturating_since(at).as_micros().min(u32::MAX as u128) as u32,
-            recv_count: self.rx_count,
-            recv_bytes: self.rx_bytes,
-        })
     }
 }
 

@@ -72,6 +72,8 @@ pub struct RateSnapshot {
     pub delivered: u64,
     /// When that report arrived.
     pub delivered_time: Instant,
+    /// Sent while the path had room but nothing to send: its sample may understate.
+    pub app_limited: bool,
 }
 
 /// Per-path delivery-rate state.
@@ -81,6 +83,7 @@ pub struct DeliveryRate {
     delivered_time: Instant,
     max: WindowedMaxRate,
     latest: f64,
+    valid: bool,
 }
 
 impl DeliveryRate {
@@ -91,19 +94,28 @@ impl DeliveryRate {
             delivered_time: now,
             max: WindowedMaxRate::new(Duration::from_secs(2)),
             latest: 0.0,
+            valid: false,
         }
     }
 
     /// Snapshot to store with a datagram being sent now. When nothing is in flight the
     /// delivery clock restarts now, so idle time is not counted as slow delivery.
-    pub fn snapshot(&mut self, now: Instant, idle: bool) -> RateSnapshot {
+    pub fn snapshot(&mut self, now: Instant, idle: bool, app_limited: bool) -> RateSnapshot {
         if idle {
             self.delivered_time = now;
         }
         RateSnapshot {
             delivered: self.delivered,
             delivered_time: self.delivered_time,
+            app_limited,
         }
+    }
+
+    /// Replaces the estimate by `bytes_per_sec` (a congestion verdict's decrease): older
+    /// maxima are forgotten, new samples raise it again if the path has room.
+    pub fn reset_to(&mut self, now: Instant, bytes_per_sec: f64) {
+        self.max = WindowedMaxRate::new(self.max.window);
+        self.max.update(now, bytes_per_sec);
     }
 
     /// Feedback: the peer has received `recv_bytes` in total on this path; `acked` is the
@@ -120,7 +132,12 @@ impl DeliveryRate {
             if elapsed >= Duration::from_millis(1) {
                 let rate = (recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64();
                 self.latest = rate;
-                self.max.update(now, rate);
+                // An application-limited sample only counts if it raises the estimate
+                // (BBR's rule): a path that was not given enough to do keeps its estimate.
+                if !s.app_limited || rate > self.max.get() {
+                    self.max.update(now, rate);
+                }
+                self.valid |= !s.app_limited;
             }
         }
     }
@@ -129,6 +146,11 @@ impl DeliveryRate {
     pub fn set_window(&mut self, now: Instant, window: Duration) {
         self.max.set_window(window);
         self.max.expire(now);
+    }
+
+    /// Whether a sample was taken while the path was busy (not application-limited).
+    pub fn valid(&self) -> bool {
+        self.valid
     }
 
     /// Bottleneck bandwidth estimate, bytes per second.
@@ -159,7 +181,7 @@ mod tests {
         let mut snaps = std::collections::VecDeque::new();
         for i in 0..200u64 {
             let now = Instant::from_micros(i * 10_000);
-            snaps.push_back(d.snapshot(now, i == 0));
+            snaps.push_back(d.snapshot(now, i == 0, false));
             let acked = if snaps.len() > 2 {
                 snaps.pop_front()
             } else {

@@ -24,7 +24,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
         // deliver everything due by now, in time order
         arrivals.retain(|&(t, seq)| {
             if t <= now {
-                rx.on_received(t, seq, 1000, true, false);
+                rx.on_received(t, rcv(seq, 1000, true));
                 false
             } else {
                 true
@@ -41,7 +41,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
                 true
             }
         });
-        let seq = tx.on_sent(now, 1000, true);
+        let seq = tx.on_sent(now, 1000, SentKind::Data);
         if !drop(i) {
             arrivals.push((now + Duration::from_millis(owd_ms), seq));
         }
@@ -56,17 +56,17 @@ fn rtt_and_rate_are_measured() {
     let (tx, rx) = run(3000, 1, 10, |_| false);
     let rtt = tx.rtt().smoothed().as_millis();
     assert!((19..=24).contains(&rtt), "rtt {rtt}");
-    let bw = tx.view().bandwidth_bps;
+    let bw = tx.view(Instant::ZERO).bandwidth_bps;
     assert!((0.9e6..1.2e6).contains(&bw), "bw {bw}");
     assert_eq!(tx.state(), PathState::Up);
     assert_eq!(rx.counters().rx_packets, 3000 - 10);
-    assert!(tx.view().loss < 0.01);
+    assert!(tx.view(Instant::ZERO).loss < 0.01);
 }
 
 #[test]
 fn loss_rate_tracks_drops() {
     let (tx, _) = run(5000, 1, 5, |i| i % 10 == 3);
-    let loss = tx.view().loss;
+    let loss = tx.view(Instant::ZERO).loss;
     assert!((0.07..0.13).contains(&loss), "loss {loss}");
 }
 
@@ -79,7 +79,7 @@ fn blackhole_goes_down_within_detection_time() {
     let mut down_at = None;
     for ms in 1000..3000 {
         let now = at(ms);
-        tx.on_sent(now, 100, true);
+        tx.on_sent(now, 100, SentKind::Data);
         if tx.update_state(now) == Some(PathState::Down) {
             down_at = Some(ms);
             break;
@@ -104,7 +104,7 @@ fn unavailable_path_is_down_at_once() {
     assert_eq!(p.state(), PathState::Up);
     p.set_available(at(1), false);
     assert_eq!(p.state(), PathState::Down);
-    assert!(!p.view().usable());
+    assert!(!p.view(Instant::ZERO).usable());
 }
 
 #[test]
@@ -131,16 +131,26 @@ fn stale_or_bogus_acks_are_ignored() {
 fn ack_only_datagrams_are_not_acknowledged_nor_timed() {
     let cfg = PathConfig::from_detect(Duration::from_secs(1));
     let mut p = Path::new(PathId(0), addr(), at(0), cfg);
-    p.on_received(at(0), 0, 60, false, false);
+    p.on_received(at(0), rcv(0, 60, false));
     assert!(
         p.take_ack(at(10), true).is_none(),
         "an ACK-only datagram elicits nothing"
     );
     p.confirm(at(0));
-    p.on_sent(at(0), 60, false);
+    p.on_sent(at(0), 60, SentKind::AckOnly);
     assert_eq!(
         p.update_state(at(5000)),
         None,
         "unanswered ACK-only datagrams are no sign of death"
     );
+}
+
+fn rcv(path_seq: u32, bytes: usize, eliciting: bool) -> Received {
+    Received {
+        path_seq,
+        send_time_us: 0,
+        bytes,
+        eliciting,
+        ping: false,
+    }
 }

@@ -1,14 +1,17 @@
-//! `earliest`: send each packet on the path where it is expected to *arrive* first,
-//! given what is already in flight there and the path's rate — the out-of-order striping
-//! of seed 003 §3.5 (ECF / OSIA in the literature). Because arrival order follows send
-//! order across paths, the receiver sees packets nearly in order.
+//! `earliest`: send each packet on the path where it is expected to *arrive* first — the
+//! out-of-order striping of seed 003 §3.5 (ECF / OSIA in the literature) — among the paths
+//! that may send now. Because arrival order then follows send order across paths, the
+//! receiver sees packets nearly in order.
 //!
-//! Expected arrival on path p for a packet of `len` bytes:
-//! `(queued_p + len) / bandwidth_p + min_rtt_p / 2`, where `queued_p` is what is in
-//! flight beyond one bandwidth-delay product (bytes within the BDP are on the wire or
-//! their feedback is on its way back, and do not delay a new packet). Only paths with window are
-//! candidates (the backpressure of seed 003: a path takes data only while its pending
-//! data is below its limit); with none, the packet waits.
+//! A path may send now when it has window and its pacer lets a datagram go (`ready_at`):
+//! the pacing rate is the path's estimated bandwidth times its probing gain, so a path
+//! takes new packets only as fast as it delivers them — the backpressure of seed 003 (a
+//! link takes packets while fewer than H are pending; here H is one pacing interval's
+//! worth, far below seed 003's H_min = ⌈T_up_max / T_d_min⌉, because the pacer already
+//! knows the rate the threshold stands for). Expected arrival on path p for `len` bytes:
+//! `srtt_p / 2 + len / rate_p + loss_p · 1 s` (one-way delay with the path's current
+//! queue, serialisation, and the expected cost of a loss to the inner TCP). When no path may send yet the packet waits; the session wakes up when
+//! the first pacer opens.
 
 use super::{one, preferred, Scheduler, Selection};
 use crate::path::PathView;
@@ -30,24 +33,28 @@ pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
     let rate = if p.bandwidth_bps > 0.0 {
         p.bandwidth_bps
     } else {
-        // Unmeasured: assume the window drains in one RTT.
-        p.cwnd_bytes as f64 / p.srtt.as_secs_f64().max(1e-3)
+        p.pacing_bps.max(1.0)
     };
-    let bdp = rate * p.min_rtt.as_secs_f64();
-    let queued = (p.inflight_bytes as f64 - bdp).max(0.0);
-    (queued + len as f64) / rate + p.min_rtt.as_secs_f64() / 2.0
+    p.srtt.as_secs_f64() / 2.0 + len as f64 / rate + p.loss * LOSS_COST_S
 }
+
+/// What a lost packet costs, in seconds of delay: the inner TCP needs about a round
+/// trip to repair it and halves its window. Charged at the path's loss rate, so a path
+/// losing 1 % of its packets looks 10 ms further away (seed 004: a clean slow link beats
+/// a lossy fast one for TCP). Loss never lowers the path's *rate* unless it is judged
+/// congestion (`path/control.rs`); it only makes the path less preferred.
+const LOSS_COST_S: f64 = 1.0;
 
 impl Scheduler for EarliestArrival {
     fn name(&self) -> &'static str {
         "earliest"
     }
 
-    fn select(&mut self, _now: Instant, paths: &[PathView], len: usize) -> Selection {
+    fn select(&mut self, now: Instant, paths: &[PathView], len: usize) -> Selection {
         let mut any = false;
         let best = preferred(paths)
             .inspect(|_| any = true)
-            .filter(|p| p.has_window(len))
+            .filter(|p| p.has_window(len) && p.ready_at <= now)
             .min_by(|a, b| {
                 expected_arrival(a, len)
                     .total_cmp(&expected_arrival(b, len))
@@ -68,14 +75,29 @@ mod tests {
     use crate::sched::testutil::view;
 
     #[test]
-    fn prefers_short_queue_then_fast_path() {
+    fn prefers_the_earliest_arrival_among_paths_that_may_send() {
         let mut s = EarliestArrival::new();
         let mut fast = view(0, PathState::Up, 20, 50.0);
         let slow = view(1, PathState::Up, 80, 20.0);
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(fast.id));
-        // Fast: 50 Mbit/s, 20 ms RTT → BDP 125 kB. 325 kB in flight = 200 kB queued = 32 ms;
-        // the idle slow path delivers at 40 ms one-way; fast at 10 + 32 = 42 ms → slow wins.
-        fast.inflight_bytes = 325_000;
+        // The fast path's pacer is closed for another millisecond: the slow path takes it.
+        fast.ready_at = Instant::from_micros(1_000);
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
+        // A queue on the fast path (srtt 90 ms over a 20 ms minimum) makes it later.
+        fast.ready_at = Instant::ZERO;
+        fast.srtt = core::time::Duration::from_millis(90);
+        assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
+    }
+
+    #[test]
+    fn waits_when_every_path_is_paced_or_full() {
+        let mut s = EarliestArrival::new();
+        let mut a = view(0, PathState::Up, 20, 50.0);
+        let mut b = view(1, PathState::Up, 80, 20.0);
+        a.ready_at = Instant::from_micros(500);
+        b.inflight_bytes = b.cwnd_bytes;
+        assert_eq!(s.select(Instant::ZERO, &[a, b], 1500), Selection::Wait);
+        let down = view(2, PathState::Down, 20, 50.0);
+        assert_eq!(s.select(Instant::ZERO, &[down], 1500), Selection::AllPaths);
     }
 }

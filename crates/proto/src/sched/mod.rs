@@ -9,6 +9,7 @@
 mod best;
 mod earliest;
 mod redundant;
+pub mod split;
 mod weighted;
 
 pub use best::BestPath;
@@ -31,7 +32,7 @@ pub type PathSet = ArrayVec<PathId, MAX_PATHS>;
 pub enum Selection {
     /// Send one copy on each of these paths.
     Paths(PathSet),
-    /// Every path is out of window: keep the packet queued.
+    /// Every path is out of window or paced: keep the packet queued.
     Wait,
     /// No path is believed usable: send on every path (one may work; none is known to).
     AllPaths,
@@ -83,6 +84,10 @@ pub(crate) mod testutil {
             cwnd_bytes: 1 << 20,
             loss: 0.0,
             up_since: Some(Instant::ZERO),
+            pacing_bps: mbit * 1e6 / 8.0,
+            ready_at: Instant::ZERO,
+            bw_valid: true,
+            capacity_bps: 0.0,
         }
     }
 }

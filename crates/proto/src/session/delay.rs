@@ -21,8 +21,16 @@ const PATHS: usize = crate::sched::MAX_PATHS;
 struct Stat {
     mean_us: f64,
     dev_us: f64,
+    /// Recent peak: follows a rise at once, decays by `PEAK_DECAY` per second.
+    peak_us: f64,
+    /// Recent floor: follows a fall at once, rises by `PEAK_DECAY` per second.
+    floor_us: f64,
     last: Instant,
 }
+
+/// How fast a delay peak is forgotten (µs per second): a queue that built up a second
+/// ago still counts for a quarter of a second of it.
+const PEAK_DECAY: f64 = 250_000.0;
 
 /// Per-path smoothed relative one-way delay.
 #[derive(Debug, Clone, Default)]
@@ -44,18 +52,30 @@ impl DelayTracker {
             None => Stat {
                 mean_us: v,
                 dev_us: 0.0,
+                peak_us: v,
+                floor_us: v,
                 last: now,
             },
-            Some(s) => Stat {
-                mean_us: s.mean_us + (v - s.mean_us) / 8.0,
-                dev_us: s.dev_us + ((v - s.mean_us).abs() - s.dev_us) / 4.0,
-                last: now,
-            },
+            Some(s) => {
+                let dt = now.saturating_since(s.last).as_secs_f64();
+                Stat {
+                    mean_us: s.mean_us + (v - s.mean_us) / 8.0,
+                    dev_us: s.dev_us + ((v - s.mean_us).abs() - s.dev_us) / 4.0,
+                    peak_us: v.max(s.peak_us - dt * PEAK_DECAY),
+                    floor_us: v.min(s.floor_us + dt * PEAK_DECAY),
+                    last: now,
+                }
+            }
         });
     }
 
-    /// How long the slowest recently active path lags the fastest: the spread of
-    /// `mean + 2·dev` over paths heard from within `recent` of `now`.
+    /// How long the slowest recently active path lags the fastest: from the lowest recent
+    /// floor to the highest of `max(mean + 2·dev, recent peak)` over paths heard from
+    /// within `recent` of `now`. Extremes, not means: a gap lasts from the moment a packet
+    /// on the fast path arrived (perhaps when its queue had just drained) until the
+    /// missing one arrives on the slow path (perhaps when its queue peaks); a hold that
+    /// gives up earlier turns the gap into a loss for the inner TCP. Real losses do not
+    /// wait for the hold: the session skips holes known lost (`holes.rs`).
     pub fn spread(&self, now: Instant, recent: Duration) -> Duration {
         let active = self
             .paths
@@ -64,8 +84,11 @@ impl DelayTracker {
             .filter(|s| now.saturating_since(s.last) <= recent);
         let (mut lo, mut hi) = (f64::MAX, f64::MIN);
         for s in active {
-            lo = lo.min(s.mean_us);
-            hi = hi.max(s.mean_us + 2.0 * s.dev_us);
+            let dt = now.saturating_since(s.last).as_secs_f64();
+            lo = lo.min((s.floor_us + dt * PEAK_DECAY).min(s.mean_us));
+            hi = hi
+                .max(s.mean_us + 2.0 * s.dev_us)
+                .max(s.peak_us - dt * PEAK_DECAY);
         }
         if hi < lo {
             return Duration::ZERO;

@@ -15,7 +15,9 @@
 //!   queue in entries, the reorder buffer in bytes and entries.
 
 mod delay;
+mod holes;
 mod keyring;
+mod schedule;
 mod transmit;
 
 pub use keyring::{Keypair, Keyring, Slot};
@@ -23,20 +25,17 @@ pub use transmit::Transmit;
 
 use crate::codel::{CodelQueue, QueueDrops};
 use crate::crypto::SessionId;
-use crate::path::{Path, PathConfig, PathId, PathState, PathView};
+use crate::path::{Path, PathConfig, PathId, PathState, Received};
 use crate::policy::{parse_flow, FlowTable, Policy};
 use crate::reorder::{ReorderBuffer, ReorderStats};
 use crate::replay::ReplayWindow;
-use crate::sched::{
-    BestPath, EarliestArrival, PathSet, Redundant, Scheduler, Selection, Weighted, MAX_PATHS,
-};
-use crate::wire::{DataFlags, Frame, FrameReader, InnerHeader, OuterPacket};
+use crate::sched::split::FlowMeter;
+use crate::sched::{BestPath, EarliestArrival, Redundant, Scheduler, Weighted};
+use crate::wire::{Frame, FrameReader, InnerHeader, OuterPacket};
 use crate::Instant;
-use arrayvec::ArrayVec;
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use transmit::Job;
 
 /// Which scheduler stripes `aggregate` flows.
@@ -124,6 +123,9 @@ pub struct Session {
     redundant: Redundant,
     aggregate: Box<dyn Scheduler>,
     flows: FlowTable,
+    flow_meter: FlowMeter,
+    pace_wake: Option<Instant>,
+    holes: holes::HoleTracker,
     events: VecDeque<Event>,
     counters: SessionCounters,
     last_rx: Option<Instant>,
@@ -163,6 +165,9 @@ impl Session {
             redundant: Redundant::new(None),
             aggregate,
             flows: FlowTable::new(4096, Duration::from_secs(120)),
+            flow_meter: FlowMeter::new(),
+            pace_wake: None,
+            holes: holes::HoleTracker::default(),
             events: VecDeque::new(),
             counters: SessionCounters::default(),
             last_rx: None,
@@ -253,101 +258,6 @@ impl Session {
         self.flows.lookup(packet)
     }
 
-    /// Queues one IP packet for the peer under `policy`.
-    pub fn send_packet(&mut self, now: Instant, packet: &[u8], policy: Policy) {
-        if self.keys.current.is_none() {
-            self.counters.no_key_drops += 1;
-            return;
-        }
-        let packet: Arc<[u8]> = Arc::from(packet);
-        if policy == Policy::Aggregate {
-            // Sequence numbers are taken when packets leave the queue (see codel.rs).
-            if self.agg_queue.push(now, packet) {
-                self.counters.tx_ip_packets += 1;
-            }
-            return;
-        }
-        self.counters.tx_ip_packets += 1;
-        let seq = self.next_data_seq;
-        self.next_data_seq += 1;
-        let views = self.views();
-        let sel = match policy {
-            Policy::Redundant { copies } => {
-                self.redundant = Redundant::new(copies.map(usize::from));
-                self.redundant.select(now, &views, packet.len())
-            }
-            _ => self.best.select(now, &views, packet.len()),
-        };
-        let flags = DataFlags::new(policy.code(), false);
-        self.push_data_jobs(sel, seq, flags, packet);
-    }
-
-    fn push_data_jobs(&mut self, sel: Selection, seq: u64, flags: DataFlags, packet: Arc<[u8]>) {
-        let targets: PathSet = match sel {
-            Selection::Paths(p) => p,
-            Selection::AllPaths | Selection::Wait => self
-                .paths
-                .iter()
-                .filter(|s| s.path.available())
-                .map(|s| s.path.id())
-                .collect(),
-        };
-        for path in targets {
-            if self.jobs.len() >= MAX_JOBS {
-                self.counters.queue_drops += 1;
-                return;
-            }
-            self.jobs.push_back(Job::Data {
-                path,
-                seq,
-                flags,
-                packet: packet.clone(),
-            });
-        }
-    }
-
-    /// Scheduler views of all paths (no allocation: this runs per packet).
-    pub fn views(&self) -> ArrayVec<PathView, MAX_PATHS> {
-        self.paths
-            .iter()
-            .take(MAX_PATHS)
-            .map(|s| s.path.view())
-            .collect()
-    }
-
-    /// Moves packets from the aggregate queue to jobs while the scheduler finds a path
-    /// with window; the view is updated per packet so windows fill up correctly. Called
-    /// only when no job is pending, so the views' in-flight bytes are complete.
-    fn schedule_aggregate(&mut self, now: Instant) {
-        if self.agg_queue.is_empty() {
-            return;
-        }
-        let mut views = self.views();
-        while let Some(len) = self.agg_queue.head(now).map(|p| p.len()) {
-            if self.jobs.len() >= MAX_JOBS {
-                break;
-            }
-            let sel = self.aggregate.select(now, &views, len);
-            if sel == Selection::Wait {
-                break;
-            }
-            let Some(pkt) = self.agg_queue.take() else {
-                break;
-            };
-            let seq = self.next_data_seq;
-            self.next_data_seq += 1;
-            if let Selection::Paths(p) = &sel {
-                for id in p {
-                    if let Some(v) = views.iter_mut().find(|v| v.id == *id) {
-                        v.inflight_bytes += len as u64;
-                    }
-                }
-            }
-            let flags = DataFlags::new(Policy::Aggregate.code(), true);
-            self.push_data_jobs(sel, seq, flags, pkt);
-        }
-    }
-
     /// Processes a data datagram whose receiver index matched this session.
     /// `datagram` is decrypted in place. Returns false if it was refused.
     pub fn handle_data(
@@ -419,6 +329,7 @@ impl Session {
             }
         }
         self.delay.on_datagram(now, path_id, hdr.send_time_us);
+        self.holes.on_datagram(path_id, None);
         let mut ping = false;
         let mut eliciting = false;
         for frame in FrameReader::new(frames) {
@@ -435,6 +346,7 @@ impl Session {
                             .learn(now, key, Policy::from_code(d.flags.policy_code()));
                     }
                     self.counters.rx_ip_packets += 1;
+                    self.holes.on_datagram(path_id, Some(d.data_seq));
                     self.reorder.insert(
                         now,
                         d.data_seq,
@@ -442,6 +354,15 @@ impl Session {
                         d.flags.ordered(),
                         &mut self.deliver,
                     );
+                    let paths = &self.paths;
+                    let alive = |id| {
+                        paths
+                            .iter()
+                            .any(|s| s.path.id() == id && s.path.state() != PathState::Down)
+                    };
+                    if let Some(bound) = self.holes.lost_below(alive) {
+                        self.reorder.skip_lost_below(now, bound, &mut self.deliver);
+                    }
                 }
                 Ok(Frame::Ack(a)) => {
                     if let Some(s) = find_slot(&mut self.paths, PathId(a.path)) {
@@ -458,6 +379,11 @@ impl Session {
                     eliciting = true;
                 }
                 Ok(Frame::Close) => self.events.push_back(Event::Closed),
+                Ok(Frame::Pair(p)) => {
+                    if let Some(s) = find_slot(&mut self.paths, PathId(p.path)) {
+                        s.path.on_pair_report(p.capacity_kbps);
+                    }
+                }
                 Err(_) => {
                     self.counters.rx_malformed += 1;
                     break;
@@ -465,8 +391,16 @@ impl Session {
             }
         }
         if let Some(s) = self.slot_mut(path_id) {
-            s.path
-                .on_received(now, hdr.path_seq, datagram_len, eliciting, ping);
+            s.path.on_received(
+                now,
+                Received {
+                    path_seq: hdr.path_seq,
+                    send_time_us: hdr.send_time_us,
+                    bytes: datagram_len,
+                    eliciting,
+                    ping,
+                },
+            );
         }
     }
 
@@ -475,7 +409,18 @@ impl Session {
     /// scheduling noise; bounded so a dead path cannot stall delivery for long.
     pub fn reorder_hold(&self, now: Instant) -> Duration {
         let spread = self.delay.spread(now, Duration::from_secs(1));
-        (spread + Duration::from_millis(5))
+        // Until a path has carried data its one-way delay is unknown here; half the RTT
+        // difference between live paths (measured by this side's own probes) stands in.
+        let rtts = self
+            .paths
+            .iter()
+            .filter(|s| s.path.state() != PathState::Down && s.path.rtt().has_sample())
+            .map(|s| s.path.rtt().smoothed());
+        let (lo, hi) = rtts.fold((Duration::MAX, Duration::ZERO), |(lo, hi), r| {
+            (lo.min(r), hi.max(r))
+        });
+        let rtt_spread = hi.saturating_sub(lo) / 2;
+        (spread.max(rtt_spread) + Duration::from_millis(5))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 
@@ -508,6 +453,7 @@ impl Session {
             self.reorder
                 .deadline(self.reorder_hold(self.last_rx.unwrap_or_default())),
         );
+        take(self.pacing_deadline());
         t
     }
 

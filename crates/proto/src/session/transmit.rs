@@ -8,11 +8,14 @@
 
 use super::Session;
 use crate::crypto::TAG_LEN;
-use crate::path::PathId;
+use crate::path::{PathId, SentKind};
 use crate::wire::{outer, DataFlags, DataFrame, FrameWriter, InnerHeader, DATA_HEADER_LEN};
 use crate::Instant;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+/// Largest IP packet a PAIR frame may ride with (the 6 bytes are outside the MTU budget).
+const PAIR_MAX_PAYLOAD: usize = 1200;
 
 /// What one datagram must carry.
 #[derive(Debug, Clone)]
@@ -93,6 +96,17 @@ impl Session {
         let ack = slot.path.take_ack(now, true);
         if let Some(a) = &ack {
             w.ack(a).ok()?;
+            // Packet-pair reports ride with ACKs (6 bytes, only when the estimate moved),
+            // never beside a large packet: the MTU budget reserves room for an ACK only.
+            let small = match job {
+                Job::Data { packet, .. } => packet.len() <= PAIR_MAX_PAYLOAD,
+                _ => true,
+            };
+            if small {
+                if let Some(p) = slot.path.take_pair_report() {
+                    w.pair(&p).ok()?;
+                }
+            }
         }
         match job {
             Job::Data {
@@ -116,8 +130,12 @@ impl Session {
         let plain_len = w.len();
         let total = DATA_HEADER_LEN + plain_len + TAG_LEN;
         let counter = kp.seal.next_counter().ok()?;
-        let eliciting = matches!(job, Job::Data { .. } | Job::Ping { .. });
-        let path_seq = slot.path.on_sent(now, total, eliciting);
+        let kind = match job {
+            Job::Data { .. } => SentKind::Data,
+            Job::Ping { .. } => SentKind::Probe,
+            Job::Ack { .. } | Job::Close { .. } => SentKind::AckOnly,
+        };
+        let path_seq = slot.path.on_sent(now, total, kind);
         InnerHeader {
             path_seq,
             send_time_us: now.as_micros() as u32,

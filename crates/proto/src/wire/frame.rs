@@ -6,6 +6,7 @@
 //! ACK   (0x02): path u8 | largest_path_seq u32 | ack_delay_us u32 | recv_count u64 | recv_bytes u64
 //! PING  (0x03): (empty) — asks the peer to acknowledge this path now
 //! CLOSE (0x04): (empty) — the sender is ending the session
+//! PAIR  (0x05): path u8 | capacity_kbps u32 — packet-pair capacity measured on that path
 //! ```
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
@@ -112,6 +113,20 @@ impl AckFrame {
     pub const LEN: usize = 1 + 1 + 4 + 4 + 8 + 8;
 }
 
+/// Packet-pair report: the bottleneck capacity the receiver measured on a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairFrame {
+    /// Path the measurement is about.
+    pub path: u8,
+    /// Smoothed capacity, kbit/s.
+    pub capacity_kbps: u32,
+}
+
+impl PairFrame {
+    /// Encoded length including the type byte.
+    pub const LEN: usize = 1 + 1 + 4;
+}
+
 /// A parsed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
@@ -123,6 +138,8 @@ pub enum Frame<'a> {
     Ping,
     /// The peer ends the session.
     Close,
+    /// Packet-pair capacity report.
+    Pair(PairFrame),
 }
 
 /// Iterates over the frames of a decrypted payload.
@@ -177,6 +194,12 @@ impl<'a> Iterator for FrameReader<'a> {
             }),
             0x03 => Ok(Frame::Ping),
             0x04 => Ok(Frame::Close),
+            0x05 => self.take(PairFrame::LEN - 1).map(|h| {
+                Frame::Pair(PairFrame {
+                    path: h[0],
+                    capacity_kbps: u32::from_be_bytes([h[1], h[2], h[3], h[4]]),
+                })
+            }),
             other => {
                 self.rest = &[];
                 Err(WireError::UnknownFrame(other))
@@ -267,6 +290,15 @@ impl<'a> FrameWriter<'a> {
     pub fn close(&mut self) -> Result<(), WireError> {
         self.put(&[0x04])
     }
+
+    /// Writes a PAIR frame.
+    pub fn pair(&mut self, p: &PairFrame) -> Result<(), WireError> {
+        if self.remaining() < PairFrame::LEN {
+            return Err(WireError::BufferTooSmall);
+        }
+        self.put(&[0x05, p.path])?;
+        self.put(&p.capacity_kbps.to_be_bytes())
+    }
 }
 
 #[cfg(test)]
@@ -339,17 +371,22 @@ mod tests {
     proptest! {
         #[test]
         fn round_trip(seq: u64, flags: u8, payload in proptest::collection::vec(any::<u8>(), 0..200),
-                      acks in proptest::collection::vec(arb_ack(), 0..4), ping: bool) {
+                      acks in proptest::collection::vec(arb_ack(), 0..4), ping: bool,
+                      pair in proptest::option::of((any::<u8>(), any::<u32>()))) {
             let mut b = vec![0u8; 2048];
             let mut w = FrameWriter::new(&mut b);
             for a in &acks { w.ack(a).unwrap(); }
+            let pair = pair.map(|(path, capacity_kbps)| PairFrame { path, capacity_kbps });
+            if let Some(p) = &pair { w.pair(p).unwrap(); }
             w.data(&DataFrame { data_seq: seq, flags: DataFlags(flags), payload: &payload }).unwrap();
             if ping { w.ping().unwrap(); }
             let n = w.len();
             let frames: Vec<_> = FrameReader::new(&b[..n]).collect::<Result<_, _>>().unwrap();
-            prop_assert_eq!(frames.len(), acks.len() + 1 + usize::from(ping));
+            let np = usize::from(pair.is_some());
+            prop_assert_eq!(frames.len(), acks.len() + np + 1 + usize::from(ping));
             for (f, a) in frames.iter().zip(&acks) { prop_assert_eq!(*f, Frame::Ack(*a)); }
-            prop_assert_eq!(frames[acks.len()], Frame::Data(DataFrame { data_seq: seq, flags: DataFlags(flags), payload: &payload }));
+            if let Some(p) = pair { prop_assert_eq!(frames[acks.len()], Frame::Pair(p)); }
+            prop_assert_eq!(frames[acks.len() + np], Frame::Data(DataFrame { data_seq: seq, flags: DataFlags(flags), payload: &payload }));
         }
 
         #[test]

@@ -9,7 +9,9 @@
 mod frame;
 pub(crate) mod outer;
 
-pub use frame::{AckFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader};
+pub use frame::{
+    AckFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader, PairFrame,
+};
 pub use outer::{
     MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
 };

@@ -97,6 +97,10 @@ pub struct CoreReorder {
     pub mean_occupancy: f64,
     /// Most packets held at once.
     pub max_held: u64,
+    /// Gaps given up on at once because their packet was known lost.
+    pub lost_skips: u64,
+    /// Ordered packets that arrived displaced (reorder density's non-zero part).
+    pub displaced: u64,
 }
 
 /// The tunnel's counters, summed over clients; `up` = client → server.
@@ -159,6 +163,8 @@ fn add_reorder(into: &mut CoreReorder, s: ReorderStats) {
     into.held += s.held;
     into.skipped_gaps += s.skipped_gaps;
     into.late += s.late;
+    into.lost_skips += s.lost_skips;
+    into.displaced += s.displaced;
     into.max_held = into.max_held.max(s.max_held);
     // Mean recomputed at the end from the sums kept in `mean_occupancy` meanwhile.
     into.mean_occupancy += s.occupancy_sum as f64;

@@ -1,0 +1,314 @@
+//! Rate control of one path (seed 004's rate-based transmission, with BBR's gain cycle):
+//! how fast the path may send (`pacing_rate`) and how much it may have in flight (`cwnd`).
+//!
+//! The rate is the bottleneck bandwidth estimate (windowed maximum of delivery-rate
+//! samples, `rate.rs`) times a gain:
+//! - **startup**: gain 2 until the estimate stops growing by a quarter for three rounds;
+//! - **probing**: a cycle of eight rounds with gains 1.25, 0.75, 1 ×6 — one round finds
+//!   out whether the path has more to give, the next drains the queue that made;
+//! - **packet pairs**: when the capacity the peer measures from back-to-back pairs
+//!   (`pair.rs`) is well above the estimate, gain 2 (seed 004's exponential increase by
+//!   packet pairs): a path that was idle or starved gets back to its capacity in a few
+//!   rounds instead of 1.25× per eight.
+//!
+//! Loss discrimination (seed 004 §"Loss discrimination"): after a loss, look at the jitter
+//! of the next `JITTER_SAMPLES` RTT samples (RTT_i − RTT_{i−1}, the change of the
+//! queue the datagrams met, as the seed's IAT − P is for a rate-based sender). A queue
+//! that shrinks right after the loss means the loss was a queue overflow: congestion →
+//! multiplicative decrease of the estimate. Otherwise it was a transmission error and the
+//! rate stays. The seed's rule alone misreads half of all random losses (jitter on an
+//! empty queue is noise, negative half the time), so congestion also needs a queue at the
+//! moment of the loss: queueing delay of at least `max(1 ms, min_rtt/8)`.
+//!
+//! Invariants: the pacing rate is positive and finite; the window is at least
+//! `MIN_CWND_BYTES`; nothing here reads a clock.
+
+use crate::Instant;
+use core::time::Duration;
+
+/// Gains of the probing cycle, one per round.
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Gain while starting up or catching up with the packet-pair capacity.
+const HIGH_GAIN: f64 = 2.0;
+/// Jitter samples looked at after a loss.
+const JITTER_SAMPLES: u32 = 3;
+/// Multiplicative decrease on a congestion loss.
+const DECREASE: f64 = 0.8;
+/// Lowest pacing rate (bytes/s): 64 kbit/s.
+const MIN_RATE: f64 = 8_000.0;
+/// Gain of a cruising round that finds a standing queue.
+const CRUISE_DRAIN: f64 = 0.9;
+
+/// Whether the smoothed RTT shows a standing queue: a quarter of the minimum RTT, at
+/// least 2 ms (below that it is scheduling noise).
+fn has_queue(p: PathNow) -> bool {
+    p.srtt.saturating_sub(p.min_rtt) > (p.min_rtt / 4).max(Duration::from_millis(2))
+}
+
+/// Shortest round (keeps the cycle meaningful on sub-millisecond paths).
+const MIN_ROUND: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Startup { full_bw: f64, stalled_rounds: u32 },
+    Probe { phase: usize },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LossCheck {
+    queue_delay: Duration,
+    prev_rtt: Duration,
+    jitter_sum_us: i64,
+    samples: u32,
+}
+
+/// Counters of the loss discrimination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LossCounters {
+    /// Loss events judged congestion (the rate was decreased).
+    pub congestion: u64,
+    /// Loss events judged transmission errors (no back-off).
+    pub error: u64,
+}
+
+/// What the controller needs to know about the path right now.
+#[derive(Debug, Clone, Copy)]
+pub struct PathNow {
+    /// Bottleneck bandwidth estimate, bytes/s (0 = none yet).
+    pub bw: f64,
+    /// Minimum RTT.
+    pub min_rtt: Duration,
+    /// Smoothed RTT.
+    pub srtt: Duration,
+}
+
+/// The controller.
+#[derive(Debug, Clone)]
+pub struct RateControl {
+    mode: Mode,
+    round_start: Instant,
+    capacity: Option<f64>,
+    check: Option<LossCheck>,
+    counters: LossCounters,
+}
+
+/// What the path must do after feedback.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Nothing.
+    Keep,
+    /// Congestion: lower the bandwidth estimate to this (bytes/s).
+    Decrease(f64),
+}
+
+impl RateControl {
+    /// A controller starting up at `now`.
+    pub fn new(now: Instant) -> Self {
+        RateControl {
+            mode: Mode::Startup {
+                full_bw: 0.0,
+                stalled_rounds: 0,
+            },
+            round_start: now,
+            capacity: None,
+            check: None,
+            counters: LossCounters::default(),
+        }
+    }
+
+    /// Loss discrimination counters.
+    pub fn loss_counters(&self) -> LossCounters {
+        self.counters
+    }
+
+    /// The peer's packet-pair capacity estimate, bytes/s.
+    pub fn capacity(&self) -> Option<f64> {
+        self.capacity
+    }
+
+    /// Records the peer's packet-pair capacity estimate.
+    pub fn on_capacity(&mut self, bytes_per_sec: f64) {
+        if bytes_per_sec.is_finite() && bytes_per_sec > 0.0 {
+            self.capacity = Some(bytes_per_sec);
+        }
+    }
+
+    /// Whether the controller is still starting up.
+    pub fn in_startup(&self) -> bool {
+        matches!(self.mode, Mode::Startup { .. })
+    }
+
+    /// Advances rounds (call on every ACK).
+    pub fn on_feedback(&mut self, now: Instant, p: PathNow) {
+        let round = p.min_rtt.max(MIN_ROUND);
+        if now.saturating_since(self.round_start) < round {
+            return;
+        }
+        self.round_start = now;
+        self.mode = match self.mode {
+            Mode::Startup {
+                full_bw,
+                stalled_rounds,
+            } => {
+                if p.bw >= full_bw * 1.25 {
+                    Mode::Startup {
+                        full_bw: p.bw,
+                        stalled_rounds: 0,
+                    }
+                } else if stalled_rounds + 1 >= 3 {
+                    // Start the cycle at the draining phase: startup left a queue.
+                    Mode::Probe { phase: 1 }
+                } else {
+                    Mode::Startup {
+                        full_bw,
+                        stalled_rounds: stalled_rounds + 1,
+                    }
+                }
+            }
+            Mode::Probe { phase } => Mode::Probe {
+                phase: (phase + 1) % CYCLE.len(),
+            },
+        };
+    }
+
+    fn gain(&self, p: PathNow, bw: f64) -> f64 {
+        let base = match self.mode {
+            Mode::Startup { .. } => HIGH_GAIN,
+            // Cruising with a standing queue: the estimate is a little high (a maximum of
+            // noisy samples); drain instead of letting the queue grow to the window.
+            Mode::Probe { phase } if CYCLE[phase] == 1.0 && has_queue(p) => CRUISE_DRAIN,
+            Mode::Probe { phase } => CYCLE[phase],
+        };
+        match self.capacity {
+            // The pairs see room the delivery rate has not found yet: catch up fast.
+            Some(c) if c > bw * 1.5 && base >= 1.0 => HIGH_GAIN,
+            _ => base,
+        }
+    }
+
+    /// Pacing rate in bytes/s. Before any estimate: the initial window per smoothed RTT.
+    pub fn pacing_rate(&self, p: PathNow, initial_window: u64) -> f64 {
+        let bw = if p.bw > 0.0 {
+            p.bw
+        } else {
+            initial_window as f64 / p.srtt.as_secs_f64().max(1e-3)
+        };
+        (bw * self.gain(p, bw)).max(MIN_RATE)
+    }
+
+    /// A loss was detected at `now`; `latest_rtt` is the newest RTT sample.
+    pub fn on_loss(&mut self, latest_rtt: Duration, min_rtt: Duration) {
+        if self.check.is_some() {
+            return; // One verdict per loss episode.
+        }
+        self.check = Some(LossCheck {
+            queue_delay: latest_rtt.saturating_sub(min_rtt),
+            prev_rtt: latest_rtt,
+            jitter_sum_us: 0,
+            samples: 0,
+        });
+    }
+
+    /// An RTT sample; returns the verdict when a pending loss check completes.
+    pub fn on_rtt_sample(&mut self, rtt: Duration, p: PathNow) -> Verdict {
+        let Some(c) = self.check.as_mut() else {
+            return Verdict::Keep;
+        };
+        c.jitter_sum_us += rtt.as_micros() as i64 - c.prev_rtt.as_micros() as i64;
+        c.prev_rtt = rtt;
+        c.samples += 1;
+        if c.samples < JITTER_SAMPLES {
+            return Verdict::Keep;
+        }
+        let queued = c.queue_delay >= (p.min_rtt / 8).max(Duration::from_millis(1));
+        let shrinking = c.jitter_sum_us < 0;
+        self.check = None;
+        if queued && shrinking {
+            self.counters.congestion += 1;
+            if p.bw > 0.0 {
+                return Verdict::Decrease(p.bw * DECREASE);
+            }
+            Verdict::Keep
+        } else {
+            self.counters.error += 1;
+            Verdict::Keep
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now_ms(ms: u64) -> Instant {
+        Instant::from_micros(ms * 1000)
+    }
+
+    fn path(bw: f64) -> PathNow {
+        PathNow {
+            bw,
+            min_rtt: Duration::from_millis(20),
+            srtt: Duration::from_millis(22),
+        }
+    }
+
+    #[test]
+    fn startup_ends_when_bandwidth_stops_growing() {
+        let mut c = RateControl::new(Instant::ZERO);
+        let mut t = 0;
+        for bw in [1e5, 2e5, 4e5, 8e5] {
+            t += 21;
+            c.on_feedback(now_ms(t), path(bw));
+            assert!(c.in_startup());
+        }
+        for _ in 0..3 {
+            t += 21;
+            c.on_feedback(now_ms(t), path(8.5e5));
+        }
+        assert!(!c.in_startup());
+        // First probing round drains.
+        assert_eq!(c.pacing_rate(path(1e6), 0), 0.75e6);
+    }
+
+    #[test]
+    fn packet_pairs_drive_fast_catch_up() {
+        let mut c = RateControl::new(Instant::ZERO);
+        c.mode = Mode::Probe { phase: 3 };
+        assert_eq!(c.pacing_rate(path(1e6), 0), 1e6);
+        c.on_capacity(5e6);
+        assert_eq!(c.pacing_rate(path(1e6), 0), 2e6);
+        // Not while draining.
+        c.mode = Mode::Probe { phase: 1 };
+        assert_eq!(c.pacing_rate(path(1e6), 0), 0.75e6);
+    }
+
+    fn verdict_after(c: &mut RateControl, at_loss_ms: u64, after_ms: [u64; 3]) -> Verdict {
+        c.on_loss(Duration::from_millis(at_loss_ms), Duration::from_millis(20));
+        let mut v = Verdict::Keep;
+        for r in after_ms {
+            v = c.on_rtt_sample(Duration::from_millis(r), path(1e6));
+        }
+        v
+    }
+
+    #[test]
+    fn queue_overflow_is_congestion_random_loss_is_not() {
+        let mut c = RateControl::new(Instant::ZERO);
+        // Full queue at the loss (60 ms over a 20 ms base), draining after it.
+        assert_eq!(
+            verdict_after(&mut c, 80, [78, 74, 70]),
+            Verdict::Decrease(0.8e6)
+        );
+        // Empty queue, jitter noise around the base: a transmission error.
+        assert_eq!(verdict_after(&mut c, 20, [21, 20, 19]), Verdict::Keep);
+        // Queue present but still growing: the loss did not relieve it.
+        assert_eq!(verdict_after(&mut c, 40, [41, 43, 44]), Verdict::Keep);
+        assert_eq!(
+            c.loss_counters(),
+            LossCounters {
+                congestion: 1,
+                error: 2
+            }
+        );
+    }
+}

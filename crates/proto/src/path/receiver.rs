@@ -1,0 +1,91 @@
+//! Receiver side of a path: counts what arrives, measures packet pairs, and decides when
+//! feedback (ACK, PAIR) is due — immediately on PING or every `ACK_EVERY` eliciting
+//! datagrams, else after `MAX_ACK_DELAY`.
+//!
+//! Invariant: counts are cumulative since the path was created, so a lost ACK costs
+//! nothing but delay (the next one carries the totals).
+
+use super::{Path, ACK_EVERY, MAX_ACK_DELAY};
+use crate::wire::{AckFrame, PairFrame};
+use crate::Instant;
+
+/// What the receiver learns from one authenticated datagram on a path.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    /// Its per-path sequence number.
+    pub path_seq: u32,
+    /// The sender's timestamp (low 32 bits of its clock in µs).
+    pub send_time_us: u32,
+    /// UDP payload bytes.
+    pub bytes: usize,
+    /// Whether it carried DATA or PING (asks for feedback).
+    pub eliciting: bool,
+    /// Whether it carried PING (asks for feedback now).
+    pub ping: bool,
+}
+
+impl Path {
+    /// Records an authenticated datagram received on this path. `eliciting` datagrams
+    /// (with DATA or PING) schedule an ACK; `ping` asks for it at once.
+    pub fn on_received(&mut self, now: Instant, rx: Received) {
+        let Received {
+            path_seq,
+            send_time_us,
+            bytes,
+            eliciting,
+            ping,
+        } = rx;
+        self.pair.on_datagram(now, path_seq, send_time_us, bytes);
+        self.rx_count += 1;
+        self.rx_bytes += bytes as u64;
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += bytes as u64;
+        if self
+            .rx_largest
+            .is_none_or(|(l, _)| path_seq.wrapping_sub(l) as i32 > 0)
+        {
+            self.rx_largest = Some((path_seq, now));
+        }
+        if !eliciting {
+            return;
+        }
+        self.unacked_rx += 1;
+        if ping || self.unacked_rx >= ACK_EVERY {
+            self.ack_deadline = Some(now);
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + MAX_ACK_DELAY);
+        }
+    }
+
+    /// When an ACK for this path is due.
+    pub fn ack_deadline(&self) -> Option<Instant> {
+        self.ack_deadline
+    }
+
+    /// Builds the ACK frame if one is due (or `force`), and marks it sent.
+    pub fn take_ack(&mut self, now: Instant, force: bool) -> Option<AckFrame> {
+        let due = self.ack_deadline.is_some_and(|d| d <= now);
+        if !(due || force && self.ack_deadline.is_some()) {
+            return None;
+        }
+        let (largest, at) = self.rx_largest?;
+        self.ack_deadline = None;
+        self.unacked_rx = 0;
+        Some(AckFrame {
+            path: self.id.0,
+            largest,
+            ack_delay_us: now.saturating_since(at).as_micros().min(u32::MAX as u128) as u32,
+            recv_count: self.rx_count,
+            recv_bytes: self.rx_bytes,
+        })
+    }
+
+    /// The packet-pair capacity to report to the peer, if it changed since the last report.
+    pub fn take_pair_report(&mut self) -> Option<PairFrame> {
+        let c = self.pair.take_report()?;
+        Some(PairFrame {
+            path: self.id.0,
+            capacity_kbps: (c * 8.0 / 1000.0).round().clamp(1.0, f64::from(u32::MAX)) as u32,
+        })
+    }
+}

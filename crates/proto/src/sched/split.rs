@@ -1,0 +1,187 @@
+//! Does a second path pay for this flow? (seed 003 §4.3.3: small flows, and flows over
+//! paths of very different rates, finish sooner on the best path alone.)
+//!
+//! For the primary path p (lowest one-way delay, queueing included) and another path q,
+//! a flow with S bytes still to send finishes at about `S/R_p + d_p` on p alone and at
+//! `S/(R_p + R_q) + d_q` striped (the last packets ride the slower path). Striping pays
+//! when `S > (d_q − d_p) · R_p · (R_p + R_q) / R_q`. The remaining size is unknown; as
+//! for any heavy-tailed flow-size law, the bytes a flow has already sent are the best
+//! guess of what it will still send, so q is added once the flow has sent that many
+//! bytes. The threshold follows the measured rates and delays, so it adapts by itself:
+//! equal delays → 0 (always stripe); a path 30 ms behind at a quarter of the rate →
+//! hundreds of kilobytes.
+//!
+//! `FlowMeter` counts bytes per flow (a flow idle for `IDLE` starts again from zero, so a
+//! persistent connection is judged per burst). Invariants: the table is bounded
+//! (`MAX_FLOWS`, least recently seen evicted); packets that are not TCP/UDP are treated as
+//! large flows (striped).
+
+use super::{preferred, MAX_PATHS};
+use crate::path::{PathId, PathView};
+use crate::policy::FlowKey;
+use crate::Instant;
+use arrayvec::ArrayVec;
+use core::time::Duration;
+use std::collections::HashMap;
+
+/// Most flows counted at once.
+pub const MAX_FLOWS: usize = 4096;
+/// A flow silent this long starts a new burst.
+pub const IDLE: Duration = Duration::from_secs(1);
+
+/// Bytes a flow must have sent before `q` is added to primary `p`.
+pub fn stripe_threshold(p: &PathView, q: &PathView) -> u64 {
+    // A path given little to do has a low estimate; the packet-pair capacity says what it
+    // could carry, which is what the question is about.
+    let (rp, rq) = (p.bandwidth_bps, q.bandwidth_bps.max(q.capacity_bps));
+    if rp <= 0.0 || rq <= 0.0 || !q.bw_valid {
+        // Unmeasured (or only measured with keepalives): use it, that is how it gets
+        // measured; an estimate from a starved path would keep it starved.
+        return 0;
+    }
+    let dd = (one_way(q) - one_way(p)).max(0.0);
+    (dd * rp * (rp + rq) / rq).min(u64::MAX as f64 / 2.0) as u64
+}
+
+/// One-way delay estimate of a path, seconds (half the smoothed RTT, queueing included).
+fn one_way(p: &PathView) -> f64 {
+    p.srtt.as_secs_f64() / 2.0
+}
+
+/// The paths a flow that has sent `flow_bytes` may use: the primary (lowest one-way delay)
+/// and every other path whose threshold it has passed.
+pub fn eligible(paths: &[PathView], flow_bytes: u64) -> ArrayVec<PathView, MAX_PATHS> {
+    let primary = preferred(paths)
+        .min_by(|a, b| one_way(a).total_cmp(&one_way(b)).then(a.id.cmp(&b.id)))
+        .copied();
+    let Some(p) = primary else {
+        return paths.iter().copied().collect();
+    };
+    paths
+        .iter()
+        .filter(|q| q.id == p.id || stripe_threshold(&p, q) <= flow_bytes)
+        .copied()
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    bytes: u64,
+    last: Instant,
+}
+
+/// Bytes sent per flow in its current burst.
+#[derive(Debug, Default)]
+pub struct FlowMeter {
+    flows: HashMap<FlowKey, Seen>,
+}
+
+impl FlowMeter {
+    /// An empty meter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes the flow has sent in its current burst (0 for a new or idle flow).
+    pub fn bytes(&self, now: Instant, key: &FlowKey) -> u64 {
+        self.flows
+            .get(key)
+            .filter(|s| now.saturating_since(s.last) < IDLE)
+            .map_or(0, |s| s.bytes)
+    }
+
+    /// Counts `len` bytes sent by the flow at `now`.
+    pub fn record(&mut self, now: Instant, key: FlowKey, len: usize) {
+        if !self.flows.contains_key(&key) && self.flows.len() >= MAX_FLOWS {
+            self.flows
+                .retain(|_, s| now.saturating_since(s.last) < IDLE);
+            if self.flows.len() >= MAX_FLOWS {
+                // All busy: forget the least recently seen one.
+                if let Some(old) = self
+                    .flows
+                    .iter()
+                    .min_by_key(|(_, s)| s.last)
+                    .map(|(k, _)| *k)
+                {
+                    self.flows.remove(&old);
+                }
+            }
+        }
+        let e = self.flows.entry(key).or_insert(Seen {
+            bytes: 0,
+            last: now,
+        });
+        if now.saturating_since(e.last) >= IDLE {
+            e.bytes = 0;
+        }
+        e.bytes = e.bytes.saturating_add(len as u64);
+        e.last = now;
+    }
+
+    /// Flows tracked.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Whether no flow is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+}
+
+/// Ids of a path list (for tests and logs).
+pub fn ids(paths: &[PathView]) -> ArrayVec<PathId, MAX_PATHS> {
+    paths.iter().map(|p| p.id).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::PathState;
+    use crate::policy::parse_flow;
+    use crate::sched::testutil::view;
+
+    #[test]
+    fn threshold_follows_the_seed_formula() {
+        // 50 Mbit/s at 20 ms RTT, 20 Mbit/s at 80 ms RTT: d_q - d_p = 30 ms.
+        let p = view(0, PathState::Up, 20, 50.0);
+        let q = view(1, PathState::Up, 80, 20.0);
+        let t = stripe_threshold(&p, &q) as f64;
+        let want = 0.030 * 6.25e6 * (6.25e6 + 2.5e6) / 2.5e6;
+        assert!((t - want).abs() < 1.0, "{t} vs {want}");
+        // Equal delays: stripe from the first byte.
+        let q2 = view(1, PathState::Up, 20, 5.0);
+        assert_eq!(stripe_threshold(&p, &q2), 0);
+    }
+
+    #[test]
+    fn small_flows_stay_on_the_primary() {
+        let paths = [
+            view(0, PathState::Up, 80, 20.0),
+            view(1, PathState::Up, 20, 50.0),
+        ];
+        assert_eq!(ids(&eligible(&paths, 10_000)).as_slice(), &[PathId(1)]);
+        assert_eq!(eligible(&paths, 1_000_000).len(), 2);
+    }
+
+    #[test]
+    fn meter_counts_bursts_and_stays_bounded() {
+        let mut m = FlowMeter::new();
+        let pkt = crate::policy::tests::udp4(0, 1000, 53);
+        let (key, _) = parse_flow(&pkt).unwrap();
+        let t0 = Instant::from_micros(1_000_000);
+        m.record(t0, key, 1000);
+        m.record(t0, key, 500);
+        assert_eq!(m.bytes(t0, &key), 1500);
+        let later = t0 + IDLE;
+        assert_eq!(m.bytes(later, &key), 0);
+        m.record(later, key, 100);
+        assert_eq!(m.bytes(later, &key), 100);
+        for port in 0..(MAX_FLOWS as u16 + 50) {
+            let p = crate::policy::tests::udp4(0, port, 9);
+            let (k, _) = parse_flow(&p).unwrap();
+            m.record(later, k, 1);
+        }
+        assert!(m.len() <= MAX_FLOWS);
+    }
+}

@@ -1,0 +1,147 @@
+//! Sending side of a session: which path(s) each IP packet goes to.
+//!
+//! `best` and `redundant` packets are scheduled as they arrive. `aggregate` packets wait in
+//! the CoDel ingress queue and leave one at a time, when the scheduler finds a path that
+//! may send (window and pacer): the queue, not the links, holds the standing backlog, so
+//! CoDel's drops are the inner TCP's congestion signal and link queues stay short. Each
+//! aggregate packet's flow is looked up first: a flow too small for a second path to pay
+//! (`sched::split`) only sees the primary path.
+//!
+//! Invariants: a data sequence number is taken only when a packet leaves the queue, so
+//! numbers follow send order (what the receiver's reorder buffer relies on); a path that
+//! had room while the queue was empty is marked application-limited, so its delivery
+//! samples do not lower its bandwidth estimate.
+
+use super::{Job, Session, MAX_JOBS};
+use crate::path::PathView;
+use crate::policy::{parse_flow, Policy};
+use crate::sched::{split, PathSet, Scheduler, Selection, MAX_PATHS};
+use crate::wire::DataFlags;
+use crate::Instant;
+use arrayvec::ArrayVec;
+use std::sync::Arc;
+
+impl Session {
+    /// Queues one IP packet for the peer under `policy`.
+    pub fn send_packet(&mut self, now: Instant, packet: &[u8], policy: Policy) {
+        if self.keys.current.is_none() {
+            self.counters.no_key_drops += 1;
+            return;
+        }
+        let packet: Arc<[u8]> = Arc::from(packet);
+        if policy == Policy::Aggregate {
+            // Sequence numbers are taken when packets leave the queue (see codel.rs).
+            if self.agg_queue.push(now, packet) {
+                self.counters.tx_ip_packets += 1;
+            }
+            return;
+        }
+        self.counters.tx_ip_packets += 1;
+        let seq = self.next_data_seq;
+        self.next_data_seq += 1;
+        let views = self.views(now);
+        let sel = match policy {
+            Policy::Redundant { copies } => {
+                self.redundant = crate::sched::Redundant::new(copies.map(usize::from));
+                self.redundant.select(now, &views, packet.len())
+            }
+            _ => self.best.select(now, &views, packet.len()),
+        };
+        let flags = DataFlags::new(policy.code(), false);
+        self.push_data_jobs(sel, seq, flags, packet);
+    }
+
+    pub(super) fn push_data_jobs(
+        &mut self,
+        sel: Selection,
+        seq: u64,
+        flags: DataFlags,
+        packet: Arc<[u8]>,
+    ) {
+        let targets: PathSet = match sel {
+            Selection::Paths(p) => p,
+            Selection::AllPaths | Selection::Wait => self
+                .paths
+                .iter()
+                .filter(|s| s.path.available())
+                .map(|s| s.path.id())
+                .collect(),
+        };
+        for path in targets {
+            if self.jobs.len() >= MAX_JOBS {
+                self.counters.queue_drops += 1;
+                return;
+            }
+            self.jobs.push_back(Job::Data {
+                path,
+                seq,
+                flags,
+                packet: packet.clone(),
+            });
+        }
+    }
+
+    /// Scheduler views of all paths at `now` (no allocation: this runs per packet).
+    pub fn views(&self, now: Instant) -> ArrayVec<PathView, MAX_PATHS> {
+        self.paths
+            .iter()
+            .take(MAX_PATHS)
+            .map(|s| s.path.view(now))
+            .collect()
+    }
+
+    fn set_app_limited(&mut self, limited: bool) {
+        for s in &mut self.paths {
+            s.path.set_app_limited(limited);
+        }
+    }
+
+    /// Moves the head of the aggregate queue to a job if a path may send it now. One
+    /// packet per call: the caller builds it (which charges the path's pacer and window)
+    /// before asking again, so every decision sees up-to-date paths.
+    pub(super) fn schedule_aggregate(&mut self, now: Instant) {
+        if self.jobs.len() >= MAX_JOBS {
+            return;
+        }
+        let Some(head) = self.agg_queue.head(now) else {
+            // Nothing to send: whatever room the paths have is unused.
+            self.set_app_limited(true);
+            return;
+        };
+        let len = head.len();
+        let flow = parse_flow(head).map(|(k, _)| k);
+        let views = self.views(now);
+        let allowed = match flow {
+            Some(k) => split::eligible(&views, self.flow_meter.bytes(now, &k)),
+            None => views,
+        };
+        let sel = self.aggregate.select(now, &allowed, len);
+        if sel == Selection::Wait {
+            self.set_app_limited(false);
+            // Wake up when the first pacer that could take it opens; a path without
+            // window is waiting for feedback, which wakes us anyway.
+            self.pace_wake = allowed
+                .iter()
+                .filter(|v| v.usable() && v.has_window(len) && v.ready_at > now)
+                .map(|v| v.ready_at)
+                .min();
+            return;
+        }
+        self.pace_wake = None;
+        let Some(pkt) = self.agg_queue.take() else {
+            return;
+        };
+        if let Some(k) = flow {
+            self.flow_meter.record(now, k, len);
+        }
+        let seq = self.next_data_seq;
+        self.next_data_seq += 1;
+        let flags = DataFlags::new(Policy::Aggregate.code(), true);
+        self.push_data_jobs(sel, seq, flags, pkt);
+    }
+
+    /// When a closed pacer opens for the queued aggregate packet that is waiting for it.
+    pub(super) fn pacing_deadline(&self) -> Option<Instant> {
+        self.pace_wake.filter(|_| !self.agg_queue.is_empty())
+    }
+}
