@@ -57,6 +57,10 @@ PORT = 7000
 OUTSIDER_PREFIX = "10.0.99"
 
 
+# Every lab link is IPv4 with a 1500-byte MTU: TUN MTU = 1500 - 20 - 8 - 52 (docs/CONFIG.md).
+TUN_MTU = 1420
+
+
 def multihome_binary() -> Path:
     """Where the binary is: $MULTIHOME_BIN, else <target dir>/release/multihome."""
     if os.environ.get("MULTIHOME_BIN"):
@@ -208,6 +212,7 @@ class Topology:
             "server": links[0][2],
             "tun_name": "mh0",
             "tun_address": f"{TUN_CLIENT}/24",
+            "mtu": TUN_MTU,
             "routes": routes,
             "control_socket": str(sock),
         }
@@ -232,6 +237,7 @@ class Topology:
                 "private_key_file": "server.key",
                 "tun_name": "mh0",
                 "tun_address": f"{TUN_SERVER}/24",
+                "mtu": TUN_MTU,
                 "uplink": "up0",
                 "control_socket": str(self.sockets["server"]),
             },

@@ -60,9 +60,9 @@ pub struct ClientSettings {
 /// Default control socket of the client.
 pub const DEFAULT_CLIENT_SOCKET: &str = "/run/multihome/client.sock";
 
-/// TUN MTU so that a full packet plus our overhead (78 bytes with a piggybacked ACK)
-/// plus an IPv6 + UDP header (48) fits a 1500-byte link MTU.
-pub const DEFAULT_MTU: u32 = 1500 - 48 - 78;
+/// TUN MTU so that a full packet plus our overhead (52 bytes; feedback is piggybacked
+/// only where it fits) plus an IPv6 + UDP header (48) fits a 1500-byte link MTU.
+pub const DEFAULT_MTU: u32 = 1500 - 48 - 52;
 
 pub(super) fn parse_addr(
     src: &Source<'_>,

@@ -95,6 +95,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
                 detect: s.detect,
                 failback_hold: s.failback_hold,
                 aggregate: s.aggregate,
+                max_datagram: s.mtu as usize + proto::wire::OVERHEAD_BYTES,
                 ..SessionConfig::default()
             },
             classifier: s.classifier.clone(),

@@ -71,6 +71,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
                 .collect(),
             session: SessionConfig {
                 detect: s.detect,
+                max_datagram: s.mtu as usize + proto::wire::OVERHEAD_BYTES,
                 ..SessionConfig::default()
             },
             default_policy: s.default_policy,

@@ -17,8 +17,9 @@
 //! that shrinks right after the loss means the loss was a queue overflow: congestion →
 //! multiplicative decrease of the estimate. Otherwise it was a transmission error and the
 //! rate stays. The seed's rule alone misreads half of all random losses (jitter on an
-//! empty queue is noise, negative half the time), so congestion also needs a queue at the
-//! moment of the loss: queueing delay of at least `max(1 ms, min_rtt/8)`.
+//! empty queue is noise, negative half the time), so congestion also needs the queue to
+//! have been near its recent peak at the moment of the loss — a drop-tail queue overflows
+//! when full — and at least `max(1 ms, min_rtt/8)` deep.
 //!
 //! Invariants: the pacing rate is positive and finite; the window is at least
 //! `MIN_CWND_BYTES`; nothing here reads a clock.
@@ -90,7 +91,14 @@ pub struct RateControl {
     capacity: Option<f64>,
     check: Option<LossCheck>,
     counters: LossCounters,
+    /// Recent peak of the queueing delay (µs), decaying by `PEAK_KEEP` per RTT sample.
+    peak_queue_us: f64,
 }
+
+/// Per-sample retention of the queue-delay peak (about 100 samples to halve).
+const PEAK_KEEP: f64 = 0.993;
+/// A loss is a queue overflow only if the queue was at least this share of its peak.
+const NEAR_PEAK: f64 = 0.6;
 
 /// What the path must do after feedback.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +121,7 @@ impl RateControl {
             capacity: None,
             check: None,
             counters: LossCounters::default(),
+            peak_queue_us: 0.0,
         }
     }
 
@@ -211,6 +220,9 @@ impl RateControl {
 
     /// An RTT sample; returns the verdict when a pending loss check completes.
     pub fn on_rtt_sample(&mut self, rtt: Duration, p: PathNow) -> Verdict {
+        let q = rtt.saturating_sub(p.min_rtt).as_micros() as f64;
+        self.peak_queue_us = q.max(self.peak_queue_us * PEAK_KEEP);
+        let peak = self.peak_queue_us;
         let Some(c) = self.check.as_mut() else {
             return Verdict::Keep;
         };
@@ -220,7 +232,9 @@ impl RateControl {
         if c.samples < JITTER_SAMPLES {
             return Verdict::Keep;
         }
-        let queued = c.queue_delay >= (p.min_rtt / 8).max(Duration::from_millis(1));
+        let at_loss = c.queue_delay.as_micros() as f64;
+        let queued = c.queue_delay >= (p.min_rtt / 8).max(Duration::from_millis(1))
+            && at_loss >= NEAR_PEAK * peak;
         let shrinking = c.jitter_sum_us < 0;
         self.check = None;
         if queued && shrinking {

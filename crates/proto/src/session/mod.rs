@@ -60,6 +60,9 @@ pub struct SessionConfig {
     pub queue_max_bytes: usize,
     /// Bound of the reorder buffer.
     pub reorder_max_bytes: usize,
+    /// Largest datagram (UDP payload) to send: a full-size TUN packet plus
+    /// `wire::OVERHEAD_BYTES`. ACK and PAIR frames are piggybacked only within it.
+    pub max_datagram: usize,
 }
 
 impl Default for SessionConfig {
@@ -70,6 +73,8 @@ impl Default for SessionConfig {
             aggregate: AggregateScheduler::Earliest,
             queue_max_bytes: 1 << 20,
             reorder_max_bytes: 4 << 20,
+            // A 1500-byte link over IPv6 (40 + 8 bytes of outer headers).
+            max_datagram: 1452,
         }
     }
 }

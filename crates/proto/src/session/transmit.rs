@@ -9,13 +9,12 @@
 use super::Session;
 use crate::crypto::TAG_LEN;
 use crate::path::{PathId, SentKind};
-use crate::wire::{outer, DataFlags, DataFrame, FrameWriter, InnerHeader, DATA_HEADER_LEN};
+use crate::wire::{
+    outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, PairFrame, DATA_HEADER_LEN,
+};
 use crate::Instant;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// Largest IP packet a PAIR frame may ride with (the 6 bytes are outside the MTU budget).
-const PAIR_MAX_PAYLOAD: usize = 1200;
 
 /// What one datagram must carry.
 #[derive(Debug, Clone)]
@@ -93,16 +92,25 @@ impl Session {
             send_time_us: 0,
         })
         .ok()?;
-        let ack = slot.path.take_ack(now, true);
+        // Feedback rides along only where it fits under the datagram bound: a full-size
+        // packet leaves without it, and the ACK goes in a datagram of its own when due.
+        let body = match job {
+            Job::Data { packet, .. } => DataFrame::HEADER_LEN + packet.len(),
+            _ => 1,
+        };
+        let room = self
+            .cfg
+            .max_datagram
+            .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN + body);
+        let ack = if room >= AckFrame::LEN {
+            slot.path.take_ack(now, true)
+        } else {
+            None
+        };
         if let Some(a) = &ack {
             w.ack(a).ok()?;
-            // Packet-pair reports ride with ACKs (6 bytes, only when the estimate moved),
-            // never beside a large packet: the MTU budget reserves room for an ACK only.
-            let small = match job {
-                Job::Data { packet, .. } => packet.len() <= PAIR_MAX_PAYLOAD,
-                _ => true,
-            };
-            if small {
+            // Packet-pair reports ride with ACKs (6 bytes, only when the estimate moved).
+            if room >= AckFrame::LEN + PairFrame::LEN {
                 if let Some(p) = slot.path.take_pair_report() {
                     w.pair(&p).ok()?;
                 }
