@@ -437,7 +437,8 @@ impl Path {
         if self.update_loss(ack) {
             self.control.on_loss(self.rtt.latest(), self.rtt.min());
         }
-        self.rate.on_ack(now, ack.recv_bytes, rec.map(|r| r.rate));
+        self.rate
+            .on_ack(now, ack.recv_bytes, rec.map(|r| (r.rate, r.time)));
         self.control.on_feedback(now, self.now_view());
         let window =
             (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));

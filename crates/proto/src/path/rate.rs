@@ -74,6 +74,8 @@ pub struct RateSnapshot {
     pub delivered_time: Instant,
     /// Sent while the path had room but nothing to send: its sample may understate.
     pub app_limited: bool,
+    /// Send time of the newest datagram covered by feedback at that moment.
+    pub delivered_sent: Instant,
 }
 
 /// Per-path delivery-rate state.
@@ -81,6 +83,7 @@ pub struct RateSnapshot {
 pub struct DeliveryRate {
     delivered: u64,
     delivered_time: Instant,
+    delivered_sent: Instant,
     max: WindowedMaxRate,
     latest: f64,
     valid: bool,
@@ -92,6 +95,7 @@ impl DeliveryRate {
         DeliveryRate {
             delivered: 0,
             delivered_time: now,
+            delivered_sent: now,
             max: WindowedMaxRate::new(Duration::from_secs(2)),
             latest: 0.0,
             valid: false,
@@ -103,11 +107,13 @@ impl DeliveryRate {
     pub fn snapshot(&mut self, now: Instant, idle: bool, app_limited: bool) -> RateSnapshot {
         if idle {
             self.delivered_time = now;
+            self.delivered_sent = now;
         }
         RateSnapshot {
             delivered: self.delivered,
             delivered_time: self.delivered_time,
             app_limited,
+            delivered_sent: self.delivered_sent,
         }
     }
 
@@ -119,15 +125,30 @@ impl DeliveryRate {
     }
 
     /// Feedback: the peer has received `recv_bytes` in total on this path; `acked` is the
-    /// snapshot of the newest datagram it covers.
-    pub fn on_ack(&mut self, now: Instant, recv_bytes: u64, acked: Option<RateSnapshot>) {
+    /// snapshot of the newest datagram it covers and when that datagram was sent.
+    ///
+    /// The sample's interval is the longer of the feedback interval and the send interval
+    /// (BBR's rule): feedback that arrives bunched (ACK compression) would otherwise
+    /// measure the bunching, not the path — a rate no higher than the one the data was
+    /// sent at can be proven by these bytes.
+    pub fn on_ack(
+        &mut self,
+        now: Instant,
+        recv_bytes: u64,
+        acked: Option<(RateSnapshot, Instant)>,
+    ) {
         if recv_bytes <= self.delivered {
             return;
         }
         self.delivered = recv_bytes;
         self.delivered_time = now;
-        if let Some(s) = acked {
-            let elapsed = now.saturating_since(s.delivered_time);
+        if let Some((_, sent)) = acked {
+            self.delivered_sent = self.delivered_sent.max(sent);
+        }
+        if let Some((s, sent)) = acked {
+            let elapsed = now
+                .saturating_since(s.delivered_time)
+                .max(sent.saturating_since(s.delivered_sent));
             // Below 1 ms the sample is dominated by ack batching; skip it.
             if elapsed >= Duration::from_millis(1) {
                 let rate = (recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64();
@@ -187,7 +208,7 @@ mod tests {
             } else {
                 None
             };
-            d.on_ack(now, i * 10_000, acked);
+            d.on_ack(now, i * 10_000, acked.map(|a| (a, now)));
         }
         let bw = d.bandwidth();
         assert!((0.95e6..1.05e6).contains(&bw), "{bw}");
