@@ -52,7 +52,10 @@ def run_transfer(
         addr = link_ip(0, "srv") if mptcp else TUN_SERVER
     else:
         raise LabError(f"system must be one of {SYSTEMS} or tcp:<link index>")
-    common = ["--port", str(port), "--cc", cc, "--stall-timeout", "30"]
+    # A side that only sends hears nothing until the peer's FIN: its stall timeout must
+    # outlast the sending time, or it reports a timeout that is not one.
+    stall = 30 + max(client_send_seconds, server_send_seconds)
+    common = ["--port", str(port), "--cc", cc, "--stall-timeout", f"{stall:g}"]
     if mptcp:
         common.append("--mptcp")
     srv_args = ["--send-bytes", str(server_send_bytes)]

@@ -84,7 +84,6 @@ def rejects(counters: dict[str, int]) -> int:
 # One rerun: `aggregate`'s bandwidth estimates can lock onto the slower link at start-up (a
 # known scheduler defect, docs/EXPERIMENTS.md "Daemon issues"; seen once in ~5 runs). A run
 # that fails twice fails the suite; the rerun is reported in the summary, never hidden.
-@pytest.mark.flaky(reruns=1)
 @pytest.mark.parametrize(
     ("policy", "cc"), [("aggregate", "cubic"), ("aggregate", "bbr"), ("best", "cubic")]
 )
@@ -145,12 +144,6 @@ def test_link_cut_mid_transfer(lab: Lab, multihome_bin: Path, linkem_bin: Path) 
     print(f"detected down in {detect_s * 1000:.0f} ms; completed {elapsed:.1f} s after hole")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known daemon defect (reported with reproduction): with 5/25 ms the client sends "
-    "99.9 % on the fast link (the slow link's cwnd stays 32 kB); strict, so this test fails "
-    "once the scheduler uses the slow link, and the marker must then be removed",
-)
 def test_aggregate_over_unequal_delays(lab: Lab, multihome_bin: Path, linkem_bin: Path) -> None:
     """DSL/LTE-like one-way delays (5 and 25 ms): 150 MiB intact, both links used, and faster
     than the fast link alone.

@@ -28,9 +28,9 @@ struct Stat {
     last: Instant,
 }
 
-/// How fast a delay peak is forgotten (µs per second): a queue that built up a second
-/// ago still counts for a quarter of a second of it.
-const PEAK_DECAY: f64 = 250_000.0;
+/// How fast a delay peak is forgotten (µs per second): a 20 ms queue spike still counts
+/// for half of it 200 ms later, and is gone after 400 ms.
+const PEAK_DECAY: f64 = 50_000.0;
 
 /// Per-path smoothed relative one-way delay.
 #[derive(Debug, Clone, Default)]

@@ -410,8 +410,10 @@ impl Session {
     }
 
     /// Reorder hold time: how far the slowest active path lags the fastest one way
-    /// (measured from the sender's timestamps, queueing included), plus a margin for
-    /// scheduling noise; bounded so a dead path cannot stall delivery for long.
+    /// (measured from the sender's timestamps, queueing included), plus a margin of a
+    /// quarter of that (at least 10 ms) for scheduling noise; bounded so a dead path cannot
+    /// stall delivery for long. A generous hold is cheap: holes known lost do not wait
+    /// for it (`holes.rs`).
     pub fn reorder_hold(&self, now: Instant) -> Duration {
         let spread = self.delay.spread(now, Duration::from_secs(1));
         // Until a path has carried data its one-way delay is unknown here; half the RTT
@@ -425,7 +427,10 @@ impl Session {
             (lo.min(r), hi.max(r))
         });
         let rtt_spread = hi.saturating_sub(lo) / 2;
-        (spread.max(rtt_spread) + Duration::from_millis(5))
+        let spread = spread.max(rtt_spread);
+        // Margin for what the estimate cannot see: timestamps are taken when a datagram is
+        // built, not when the driver's batch leaves, and arrival times per receive batch.
+        (spread + (spread / 4).max(Duration::from_millis(10)))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 
