@@ -15,10 +15,12 @@ use core::time::Duration;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Acceptable standing queue delay.
+/// Acceptable standing queue delay (RFC 8289's default; see `set_interval`).
 pub const TARGET: Duration = Duration::from_millis(5);
 /// Window over which the sojourn time must stay above `TARGET` before dropping starts.
 pub const INTERVAL: Duration = Duration::from_millis(100);
+/// Longest interval `set_interval` accepts.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Drop counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,6 +43,8 @@ pub struct CodelQueue {
     count: u32,
     last_count: u32,
     drops: QueueDrops,
+    target: Duration,
+    interval: Duration,
 }
 
 impl CodelQueue {
@@ -56,7 +60,23 @@ impl CodelQueue {
             count: 0,
             last_count: 0,
             drops: QueueDrops::default(),
+            target: TARGET,
+            interval: INTERVAL,
         }
+    }
+
+    /// Sets the interval to the worst round trip the queue's traffic sees (RFC 8289 §4.4:
+    /// the interval should be on the order of the worst-case RTT; a shorter one drops
+    /// before the inner TCP could have reacted to the last drop), at least `INTERVAL`; the
+    /// target keeps RFC 8289's 5 % of it, at least `TARGET`.
+    pub fn set_interval(&mut self, interval: Duration) {
+        self.interval = interval.clamp(INTERVAL, MAX_INTERVAL);
+        self.target = (self.interval / 20).max(TARGET);
+    }
+
+    /// Current (target, interval).
+    pub fn params(&self) -> (Duration, Duration) {
+        (self.target, self.interval)
     }
 
     /// Appends a packet; false (and counted) if the byte bound is reached.
@@ -109,14 +129,14 @@ impl CodelQueue {
 
     /// RFC 8289's state machine, evaluated for the head packet's sojourn time.
     fn should_drop(&mut self, now: Instant, sojourn: Duration) -> bool {
-        if sojourn < TARGET || self.bytes <= 1500 {
+        if sojourn < self.target || self.bytes <= 1500 {
             self.first_above = None;
             self.dropping = false;
             return false;
         }
         let above_long = match self.first_above {
             None => {
-                self.first_above = Some(now + INTERVAL);
+                self.first_above = Some(now + self.interval);
                 false
             }
             Some(t) => now >= t,
@@ -132,7 +152,7 @@ impl CodelQueue {
         if above_long {
             self.dropping = true;
             // Resume near the previous drop rate if the last episode was recent.
-            let recent = now.saturating_since(self.drop_next) < INTERVAL * 16;
+            let recent = now.saturating_since(self.drop_next) < self.interval * 16;
             self.count = if recent && self.count > self.last_count + 2 {
                 self.count - self.last_count
             } else {
@@ -146,7 +166,7 @@ impl CodelQueue {
     }
 
     fn control_law(&self, t: Instant) -> Instant {
-        t + INTERVAL.div_f64(f64::from(self.count.max(1)).sqrt())
+        t + self.interval.div_f64(f64::from(self.count.max(1)).sqrt())
     }
 }
 

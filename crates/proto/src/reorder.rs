@@ -75,8 +75,17 @@ pub struct ReorderBuffer {
     max_bytes: usize,
     gap_since: Option<Instant>,
     highest: Option<u64>,
+    last_skip: Option<Instant>,
+    extra: Duration,
+    extra_at: Instant,
     stats: ReorderStats,
 }
+
+/// A late packet proves the hold too short by its lateness; the hold then gets this many
+/// times that lateness on top, which halves every `EXTRA_HALF_LIFE`.
+const EXTRA_FACTOR: u32 = 2;
+const EXTRA_HALF_LIFE: Duration = Duration::from_secs(10);
+const EXTRA_MAX: Duration = Duration::from_millis(300);
 
 impl ReorderBuffer {
     /// A buffer holding at most `max_bytes` of packets.
@@ -89,6 +98,9 @@ impl ReorderBuffer {
             max_bytes,
             gap_since: None,
             highest: None,
+            last_skip: None,
+            extra: Duration::ZERO,
+            extra_at: Instant::ZERO,
             stats: ReorderStats::default(),
         }
     }
@@ -96,6 +108,14 @@ impl ReorderBuffer {
     /// Metrics so far.
     pub fn stats(&self) -> ReorderStats {
         self.stats
+    }
+
+    /// What late arrivals taught: extra hold on top of the session's estimate. It is
+    /// `EXTRA_FACTOR` times the worst recent lateness, halving every 10 s.
+    pub fn extra(&self, now: Instant) -> Duration {
+        let age = now.saturating_since(self.extra_at).as_secs_f64();
+        self.extra
+            .mul_f64(0.5f64.powf(age / EXTRA_HALF_LIFE.as_secs_f64()))
     }
 
     /// Packets currently held.
@@ -123,7 +143,15 @@ impl ReorderBuffer {
         self.highest = Some(self.highest.map_or(seq, |h| h.max(seq)));
         let next = *self.next.get_or_insert(seq);
         if seq < next {
-            self.stats.late += u64::from(ordered);
+            if ordered {
+                self.stats.late += 1;
+                // The gap was given up too early: learn by how much.
+                if let Some(t) = self.last_skip {
+                    let lateness = now.saturating_since(t) * EXTRA_FACTOR;
+                    self.extra = self.extra(now).max(lateness).min(EXTRA_MAX);
+                    self.extra_at = now;
+                }
+            }
             out.push_back(packet);
             return;
         }
@@ -210,6 +238,7 @@ impl ReorderBuffer {
             return;
         };
         self.stats.skipped_gaps += 1;
+        self.last_skip = Some(now);
         self.next = Some(first);
         self.drain(now, out);
     }
@@ -278,6 +307,9 @@ mod tests {
         b.insert(t(41), 1, vec![1], true, &mut out);
         assert_eq!(out.back(), Some(&vec![1]), "late packet still delivered");
         assert_eq!(b.stats().late, 1);
+        // It came 1 ms after the skip: the hold learns 2 ms more, halving every 10 s.
+        assert_eq!(b.extra(t(41)), Duration::from_millis(2));
+        assert_eq!(b.extra(t(10_041)), Duration::from_millis(1));
     }
 
     #[test]

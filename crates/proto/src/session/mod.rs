@@ -430,7 +430,8 @@ impl Session {
         let spread = spread.max(rtt_spread);
         // Margin for what the estimate cannot see: timestamps are taken when a datagram is
         // built, not when the driver's batch leaves, and arrival times per receive batch.
-        (spread + (spread / 4).max(Duration::from_millis(10)))
+        // What late packets taught the buffer comes on top (`ReorderBuffer::extra`).
+        (spread + (spread / 4).max(Duration::from_millis(10)) + self.reorder.extra(now))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 

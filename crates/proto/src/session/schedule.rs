@@ -103,6 +103,7 @@ impl Session {
         if self.jobs.len() >= MAX_JOBS {
             return;
         }
+        self.agg_queue.set_interval(self.codel_interval());
         let Some(head) = self.agg_queue.head(now) else {
             // Nothing to send: whatever room the paths have is unused.
             self.set_app_limited(true);
@@ -138,6 +139,22 @@ impl Session {
         self.next_data_seq += 1;
         let flags = DataFlags::new(Policy::Aggregate.code(), true);
         self.push_data_jobs(sel, seq, flags, pkt);
+    }
+
+    /// CoDel's interval: the worst round trip a striped flow sees — the slowest live path's
+    /// smoothed RTT plus the reorder wait behind it (half the RTT spread) — so CoDel does
+    /// not drop again before the inner TCP could react to its last drop.
+    fn codel_interval(&self) -> core::time::Duration {
+        let (lo, hi) = self
+            .paths
+            .iter()
+            .filter(|s| s.path.state() != crate::path::PathState::Down)
+            .map(|s| s.path.rtt().smoothed())
+            .fold(
+                (core::time::Duration::MAX, core::time::Duration::ZERO),
+                |(lo, hi), r| (lo.min(r), hi.max(r)),
+            );
+        hi + hi.saturating_sub(lo) / 2
     }
 
     /// When a closed pacer opens for the queued aggregate packet that is waiting for it.

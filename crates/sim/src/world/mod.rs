@@ -181,37 +181,7 @@ impl World {
         while let Some((now, id)) = self.q.pop(self.end) {
             if trace && now >= next_trace {
                 next_trace = now + Duration::from_millis(500);
-                if let Some(s) = self.server.as_ref() {
-                    for p in s.peers() {
-                        let Some(sess) = p.session else { continue };
-                        let mut line = format!("t={:.1}", now.as_secs_f64());
-                        for path in sess.paths() {
-                            let v = path.view(pi(now));
-                            let l = path.loss_counters();
-                            line += &format!(
-                                " | p{} bw={:.1} pace={:.1} cap={:.1} srtt={:.0} min={:.0} infl={} cwnd={} valid={} st={} cl={} el={} tx={}",
-                                v.id.0, v.bandwidth_bps * 8e-6, v.pacing_bps * 8e-6,
-                                path.capacity().unwrap_or(0.0) * 8e-6,
-                                v.srtt.as_secs_f64() * 1e3, v.min_rtt.as_secs_f64() * 1e3,
-                                v.inflight_bytes, v.cwnd_bytes, v.bw_valid, path.in_startup(),
-                                l.congestion, l.error, path.counters().tx_bytes
-                            );
-                        }
-                        let q = sess.queue_drops();
-                        line += &format!(" | codel={} ovf={}", q.codel, q.overflow);
-                        if let Some(ep) = self.clients.first().and_then(|c| c.ep.as_ref()) {
-                            let cs = ep.session();
-                            let r = cs.reorder_stats();
-                            line += &format!(
-                                " | hold={:.1} skips={} late={}",
-                                cs.reorder_hold(pi(now)).as_secs_f64() * 1e3,
-                                r.skipped_gaps,
-                                r.late
-                            );
-                        }
-                        eprintln!("{line}");
-                    }
-                }
+                self.trace_paths(now);
             }
             let node = self.node(id);
             match node {
@@ -240,6 +210,42 @@ impl World {
             self.settle();
         }
         Ok(())
+    }
+
+    /// `MH_SIM_TRACE`: one line per server session with each path's estimator state and
+    /// the client's reorder hold, on stderr (a debugging aid; never in results).
+    fn trace_paths(&self, now: Duration) {
+        if let Some(s) = self.server.as_ref() {
+            for p in s.peers() {
+                let Some(sess) = p.session else { continue };
+                let mut line = format!("t={:.1}", now.as_secs_f64());
+                for path in sess.paths() {
+                    let v = path.view(pi(now));
+                    let l = path.loss_counters();
+                    line += &format!(
+                        " | p{} bw={:.1} pace={:.1} cap={:.1} srtt={:.0} min={:.0} infl={} cwnd={} valid={} st={} cl={} el={} tx={}",
+                        v.id.0, v.bandwidth_bps * 8e-6, v.pacing_bps * 8e-6,
+                        path.capacity().unwrap_or(0.0) * 8e-6,
+                        v.srtt.as_secs_f64() * 1e3, v.min_rtt.as_secs_f64() * 1e3,
+                        v.inflight_bytes, v.cwnd_bytes, v.bw_valid, path.in_startup(),
+                        l.congestion, l.error, path.counters().tx_bytes
+                    );
+                }
+                let q = sess.queue_drops();
+                line += &format!(" | codel={} ovf={}", q.codel, q.overflow);
+                if let Some(ep) = self.clients.first().and_then(|c| c.ep.as_ref()) {
+                    let cs = ep.session();
+                    let r = cs.reorder_stats();
+                    line += &format!(
+                        " | hold={:.1} skips={} late={}",
+                        cs.reorder_hold(pi(now)).as_secs_f64() * 1e3,
+                        r.skipped_gaps,
+                        r.late
+                    );
+                }
+                eprintln!("{line}");
+            }
+        }
     }
 
     fn guard(&mut self, id: NodeId, now: Duration, node: Node) -> Result<(), WorldError> {
