@@ -74,11 +74,6 @@ impl CodelQueue {
         self.target = (self.interval / 20).max(TARGET);
     }
 
-    /// Current (target, interval).
-    pub fn params(&self) -> (Duration, Duration) {
-        (self.target, self.interval)
-    }
-
     /// Appends a packet; false (and counted) if the byte bound is reached.
     pub fn push(&mut self, now: Instant, packet: Arc<[u8]>) -> bool {
         if self.bytes + packet.len() > self.max_bytes {

@@ -118,6 +118,11 @@ impl ReorderBuffer {
             .mul_f64(0.5f64.powf(age / EXTRA_HALF_LIFE.as_secs_f64()))
     }
 
+    /// Whether packets are held behind a gap.
+    pub fn has_gap(&self) -> bool {
+        self.gap_since.is_some()
+    }
+
     /// Packets currently held.
     pub fn held_packets(&self) -> usize {
         self.held_packets

@@ -124,11 +124,6 @@ impl PathView {
     pub fn has_window(&self, len: usize) -> bool {
         self.inflight_bytes + len as u64 <= self.cwnd_bytes
     }
-
-    /// Queueing delay the path shows now (smoothed RTT above the minimum).
-    pub fn queue_delay(&self) -> Duration {
-        self.srtt.saturating_sub(self.min_rtt)
-    }
 }
 
 /// What a datagram carries, as far as the path's accounting cares.
@@ -331,11 +326,6 @@ impl Path {
     /// The peer's packet-pair capacity estimate, bytes/s.
     pub fn capacity(&self) -> Option<f64> {
         self.control.capacity()
-    }
-
-    /// When the pacer lets the next full-size datagram go (absolute; past = at once).
-    pub fn pacing_ready_time(&self) -> Instant {
-        self.pacer.ready_time(self.pacing_rate(), 1500)
     }
 
     /// Marks the path application-limited: it had room but nothing to send, so delivery

@@ -17,7 +17,7 @@
 //! large flows (striped).
 
 use super::{preferred, MAX_PATHS};
-use crate::path::{PathId, PathView};
+use crate::path::PathView;
 use crate::policy::FlowKey;
 use crate::Instant;
 use arrayvec::ArrayVec;
@@ -129,17 +129,16 @@ impl FlowMeter {
     }
 }
 
-/// Ids of a path list (for tests and logs).
-pub fn ids(paths: &[PathView]) -> ArrayVec<PathId, MAX_PATHS> {
-    paths.iter().map(|p| p.id).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::path::PathState;
+    use crate::path::{PathId, PathState};
     use crate::policy::parse_flow;
     use crate::sched::testutil::view;
+
+    fn ids(paths: &[PathView]) -> Vec<PathId> {
+        paths.iter().map(|p| p.id).collect()
+    }
 
     #[test]
     fn threshold_follows_the_seed_formula() {

@@ -337,6 +337,7 @@ impl Session {
         self.holes.on_datagram(path_id, None);
         let mut ping = false;
         let mut eliciting = false;
+        let mut acked = false;
         for frame in FrameReader::new(frames) {
             match frame {
                 Ok(Frame::Data(d)) => {
@@ -359,14 +360,17 @@ impl Session {
                         d.flags.ordered(),
                         &mut self.deliver,
                     );
-                    let paths = &self.paths;
-                    let alive = |id| {
-                        paths
-                            .iter()
-                            .any(|s| s.path.id() == id && s.path.state() != PathState::Down)
-                    };
-                    if let Some(bound) = self.holes.lost_below(alive) {
-                        self.reorder.skip_lost_below(now, bound, &mut self.deliver);
+                    // Only a gap can be known lost; most packets arrive with none open.
+                    if self.reorder.has_gap() {
+                        let paths = &self.paths;
+                        let alive = |id| {
+                            paths
+                                .iter()
+                                .any(|s| s.path.id() == id && s.path.state() != PathState::Down)
+                        };
+                        if let Some(bound) = self.holes.lost_below(alive) {
+                            self.reorder.skip_lost_below(now, bound, &mut self.deliver);
+                        }
                     }
                 }
                 Ok(Frame::Ack(a)) => {
@@ -377,6 +381,7 @@ impl Session {
                             let st = s.path.state();
                             self.events.push_back(Event::PathState(PathId(a.path), st));
                         }
+                        acked = true;
                     }
                 }
                 Ok(Frame::Ping) => {
@@ -394,6 +399,10 @@ impl Session {
                     break;
                 }
             }
+        }
+        if acked {
+            // RTTs only change with feedback: CoDel's interval follows them here.
+            self.agg_queue.set_interval(self.codel_interval());
         }
         if let Some(s) = self.slot_mut(path_id) {
             s.path.on_received(
@@ -418,14 +427,7 @@ impl Session {
         let spread = self.delay.spread(now, Duration::from_secs(1));
         // Until a path has carried data its one-way delay is unknown here; half the RTT
         // difference between live paths (measured by this side's own probes) stands in.
-        let rtts = self
-            .paths
-            .iter()
-            .filter(|s| s.path.state() != PathState::Down && s.path.rtt().has_sample())
-            .map(|s| s.path.rtt().smoothed());
-        let (lo, hi) = rtts.fold((Duration::MAX, Duration::ZERO), |(lo, hi), r| {
-            (lo.min(r), hi.max(r))
-        });
+        let (lo, hi) = self.live_rtt_range();
         let rtt_spread = hi.saturating_sub(lo) / 2;
         let spread = spread.max(rtt_spread);
         // Margin for what the estimate cannot see: timestamps are taken when a datagram is
@@ -433,6 +435,26 @@ impl Session {
         // What late packets taught the buffer comes on top (`ReorderBuffer::extra`).
         (spread + (spread / 4).max(Duration::from_millis(10)) + self.reorder.extra(now))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
+    }
+
+    /// Lowest and highest smoothed RTT over live (not Down) measured paths; zeros if none.
+    fn live_rtt_range(&self) -> (Duration, Duration) {
+        self.paths
+            .iter()
+            .filter(|s| s.path.state() != PathState::Down && s.path.rtt().has_sample())
+            .map(|s| s.path.rtt().smoothed())
+            .fold(None, |acc: Option<(Duration, Duration)>, r| {
+                Some(acc.map_or((r, r), |(lo, hi)| (lo.min(r), hi.max(r))))
+            })
+            .unwrap_or_default()
+    }
+
+    /// CoDel's interval: the worst round trip a striped flow sees — the slowest live path's
+    /// smoothed RTT plus the reorder wait behind it (half the RTT spread) — so CoDel does
+    /// not drop again before the inner TCP could react to its last drop.
+    fn codel_interval(&self) -> Duration {
+        let (lo, hi) = self.live_rtt_range();
+        hi + hi.saturating_sub(lo) / 2
     }
 
     /// Next IP packet for the local side.

@@ -3,7 +3,8 @@
 //! `best` and `redundant` packets are scheduled as they arrive. `aggregate` packets wait in
 //! the CoDel ingress queue and leave one at a time, when the scheduler finds a path that
 //! may send (window and pacer): the queue, not the links, holds the standing backlog, so
-//! CoDel's drops are the inner TCP's congestion signal and link queues stay short. Each
+//! CoDel's drops are the inner TCP's congestion signal and link queues stay short (its
+//! interval follows the paths' RTTs, updated when feedback arrives, not per packet). Each
 //! aggregate packet's flow is looked up first: a flow too small for a second path to pay
 //! (`sched::split`) only sees the primary path.
 //!
@@ -103,7 +104,6 @@ impl Session {
         if self.jobs.len() >= MAX_JOBS {
             return;
         }
-        self.agg_queue.set_interval(self.codel_interval());
         let Some(head) = self.agg_queue.head(now) else {
             // Nothing to send: whatever room the paths have is unused.
             self.set_app_limited(true);
@@ -139,22 +139,6 @@ impl Session {
         self.next_data_seq += 1;
         let flags = DataFlags::new(Policy::Aggregate.code(), true);
         self.push_data_jobs(sel, seq, flags, pkt);
-    }
-
-    /// CoDel's interval: the worst round trip a striped flow sees — the slowest live path's
-    /// smoothed RTT plus the reorder wait behind it (half the RTT spread) — so CoDel does
-    /// not drop again before the inner TCP could react to its last drop.
-    fn codel_interval(&self) -> core::time::Duration {
-        let (lo, hi) = self
-            .paths
-            .iter()
-            .filter(|s| s.path.state() != crate::path::PathState::Down)
-            .map(|s| s.path.rtt().smoothed())
-            .fold(
-                (core::time::Duration::MAX, core::time::Duration::ZERO),
-                |(lo, hi), r| (lo.min(r), hi.max(r)),
-            );
-        hi + hi.saturating_sub(lo) / 2
     }
 
     /// When a closed pacer opens for the queued aggregate packet that is waiting for it.
