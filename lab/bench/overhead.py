@@ -113,7 +113,7 @@ def main(seconds: float | None = None, cc: str = "cubic", repeats: int = 2) -> d
         "repeats": repeats,
         "openvpn_mode": "p2p, no encryption, no authentication (no --secret, no TLS)",
         "wireguard_go_mode": "encrypted (ChaCha20-Poly1305), MTU 1420",
-        "multihome_mode": "encrypted (ChaCha20-Poly1305), aggregate policy, MTU 1374",
+        "multihome_mode": "encrypted (ChaCha20-Poly1305), aggregate policy, MTU 1420",
         "runs": runs,
         "best": best,
         "ratios": ratios,
