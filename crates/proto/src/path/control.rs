@@ -12,7 +12,7 @@
 //!   rounds instead of 1.25× per eight.
 //!
 //! Loss discrimination (seed 004 §"Loss discrimination"): after a loss, look at the jitter
-//! of the next `JITTER_SAMPLES` RTT samples (RTT_i − RTT_{i−1}, the change of the
+//! of the next `JITTER_SAMPLES` forward-delay samples (q_i − q_{i−1}, the change of the
 //! queue the datagrams met, as the seed's IAT − P is for a rate-based sender). A queue
 //! that shrinks right after the loss means the loss was a queue overflow: congestion →
 //! multiplicative decrease of the estimate. Otherwise it was a transmission error and the
@@ -20,6 +20,10 @@
 //! empty queue is noise, negative half the time), so congestion also needs the queue to
 //! have been near its recent peak at the moment of the loss — a drop-tail queue overflows
 //! when full — and at least `max(1 ms, min_rtt/8)` deep.
+//!
+//! Every queue here is the **forward one-way** queueing delay (`oneway.rs`), not RTT minus
+//! its minimum: on a link whose reverse direction is busy, the RTT grows with the peer's
+//! queue, and reading that as ours made a sender drain a link it was not filling.
 //!
 //! Invariants: the pacing rate is positive and finite; the window is at least
 //! `MIN_CWND_BYTES`; nothing here reads a clock.
@@ -40,10 +44,10 @@ const MIN_RATE: f64 = 8_000.0;
 /// Gain of a cruising round that finds a standing queue.
 const CRUISE_DRAIN: f64 = 0.9;
 
-/// Whether the smoothed RTT shows a standing queue: a quarter of the minimum RTT, at
-/// least 2 ms (below that it is scheduling noise).
+/// Whether the forward queue is a standing one: a quarter of the minimum RTT, at least
+/// 2 ms (below that it is scheduling noise).
 fn has_queue(p: PathNow) -> bool {
-    p.srtt.saturating_sub(p.min_rtt) > (p.min_rtt / 4).max(Duration::from_millis(2))
+    p.fwd_queue > (p.min_rtt / 4).max(Duration::from_millis(2))
 }
 
 /// Shortest round (keeps the cycle meaningful on sub-millisecond paths).
@@ -58,7 +62,7 @@ enum Mode {
 #[derive(Debug, Clone, Copy)]
 struct LossCheck {
     queue_delay: Duration,
-    prev_rtt: Duration,
+    prev_queue: Duration,
     jitter_sum_us: i64,
     samples: u32,
 }
@@ -81,6 +85,8 @@ pub struct PathNow {
     pub min_rtt: Duration,
     /// Smoothed RTT.
     pub srtt: Duration,
+    /// Smoothed forward one-way queueing delay.
+    pub fwd_queue: Duration,
 }
 
 /// The controller.
@@ -205,29 +211,30 @@ impl RateControl {
         (bw * self.gain(p, bw)).max(MIN_RATE)
     }
 
-    /// A loss was detected at `now`; `latest_rtt` is the newest RTT sample.
-    pub fn on_loss(&mut self, latest_rtt: Duration, min_rtt: Duration) {
+    /// A loss was detected; `latest_queue` is the newest forward queueing-delay sample.
+    pub fn on_loss(&mut self, latest_queue: Duration) {
         if self.check.is_some() {
             return; // One verdict per loss episode.
         }
         self.check = Some(LossCheck {
-            queue_delay: latest_rtt.saturating_sub(min_rtt),
-            prev_rtt: latest_rtt,
+            queue_delay: latest_queue,
+            prev_queue: latest_queue,
             jitter_sum_us: 0,
             samples: 0,
         });
     }
 
-    /// An RTT sample; returns the verdict when a pending loss check completes.
-    pub fn on_rtt_sample(&mut self, rtt: Duration, p: PathNow) -> Verdict {
-        let q = rtt.saturating_sub(p.min_rtt).as_micros() as f64;
+    /// A forward queueing-delay sample; returns the verdict when a pending loss check
+    /// completes.
+    pub fn on_queue_sample(&mut self, queue: Duration, p: PathNow) -> Verdict {
+        let q = queue.as_micros() as f64;
         self.peak_queue_us = q.max(self.peak_queue_us * PEAK_KEEP);
         let peak = self.peak_queue_us;
         let Some(c) = self.check.as_mut() else {
             return Verdict::Keep;
         };
-        c.jitter_sum_us += rtt.as_micros() as i64 - c.prev_rtt.as_micros() as i64;
-        c.prev_rtt = rtt;
+        c.jitter_sum_us += queue.as_micros() as i64 - c.prev_queue.as_micros() as i64;
+        c.prev_queue = queue;
         c.samples += 1;
         if c.samples < JITTER_SAMPLES {
             return Verdict::Keep;
@@ -263,6 +270,7 @@ mod tests {
             bw,
             min_rtt: Duration::from_millis(20),
             srtt: Duration::from_millis(22),
+            fwd_queue: Duration::from_millis(1),
         }
     }
 
@@ -285,6 +293,25 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_reverse_direction_is_not_our_queue() {
+        let mut c = RateControl::new(Instant::ZERO);
+        c.mode = Mode::Probe { phase: 3 };
+        // RTT 40 ms over a 20 ms minimum because the peer's data queues ahead of our
+        // ACKs, while our own direction has no queue: cruise at the estimate.
+        let busy_reverse = PathNow {
+            srtt: Duration::from_millis(60),
+            fwd_queue: Duration::ZERO,
+            ..path(1e6)
+        };
+        assert_eq!(c.pacing_rate(busy_reverse, 0), 1e6);
+        let own_queue = PathNow {
+            fwd_queue: Duration::from_millis(30),
+            ..busy_reverse
+        };
+        assert_eq!(c.pacing_rate(own_queue, 0), 0.9e6);
+    }
+
+    #[test]
     fn packet_pairs_drive_fast_catch_up() {
         let mut c = RateControl::new(Instant::ZERO);
         c.mode = Mode::Probe { phase: 3 };
@@ -297,10 +324,11 @@ mod tests {
     }
 
     fn verdict_after(c: &mut RateControl, at_loss_ms: u64, after_ms: [u64; 3]) -> Verdict {
-        c.on_loss(Duration::from_millis(at_loss_ms), Duration::from_millis(20));
+        let q = |rtt_ms: u64| Duration::from_millis(rtt_ms.saturating_sub(20));
+        c.on_loss(q(at_loss_ms));
         let mut v = Verdict::Keep;
         for r in after_ms {
-            v = c.on_rtt_sample(Duration::from_millis(r), path(1e6));
+            v = c.on_queue_sample(q(r), path(1e6));
         }
         v
     }

@@ -13,6 +13,7 @@
 //! received feedback; memory per path is bounded (fixed ring of sent records).
 
 mod control;
+mod oneway;
 mod pacer;
 mod pair;
 mod rate;
@@ -29,6 +30,7 @@ use crate::wire::AckFrame;
 use crate::Instant;
 use control::{PathNow, RateControl, Verdict};
 use core::time::Duration;
+use oneway::ForwardDelay;
 use pacer::Pacer;
 use pair::PairMeter;
 use sent::{SentRecord, SentRing};
@@ -112,6 +114,8 @@ pub struct PathView {
     pub bw_valid: bool,
     /// Bottleneck capacity the peer measured with packet pairs, bytes/s (0 = unknown).
     pub capacity_bps: f64,
+    /// Smoothed forward one-way queueing delay (`oneway.rs`).
+    pub fwd_queue: Duration,
 }
 
 impl PathView {
@@ -123,6 +127,13 @@ impl PathView {
     /// Whether the window allows `len` more bytes.
     pub fn has_window(&self, len: usize) -> bool {
         self.inflight_bytes + len as u64 <= self.cwnd_bytes
+    }
+
+    /// One-way delay a datagram sent now should see, in seconds: half the minimum RTT
+    /// plus the forward queue. Not srtt/2: the reverse direction's queue (the peer's data
+    /// ahead of our ACKs) would make a path look later than its data arrives.
+    pub fn forward_delay_s(&self) -> f64 {
+        self.min_rtt.as_secs_f64() / 2.0 + self.fwd_queue.as_secs_f64()
     }
 }
 
@@ -178,6 +189,11 @@ pub struct Path {
     rtt: RttEstimator,
     rate: DeliveryRate,
     control: RateControl,
+    fwd: ForwardDelay,
+    /// Whether any feedback carried the peer's clock (else `fwd` is empty).
+    fwd_seen: bool,
+    /// Newest forward queueing-delay sample (what a loss is judged against).
+    latest_queue: Duration,
     pacer: Pacer,
     app_limited: bool,
     // Receiver side.
@@ -212,6 +228,9 @@ impl Path {
             rtt: RttEstimator::new(Duration::from_millis(100)),
             rate: DeliveryRate::new(now),
             control: RateControl::new(now),
+            fwd: ForwardDelay::default(),
+            fwd_seen: false,
+            latest_queue: Duration::ZERO,
             pacer: Pacer::new(now),
             app_limited: false,
             pair: PairMeter::new(u64::from(id.0) + 1),
@@ -287,16 +306,35 @@ impl Path {
     }
 
     /// Window: twice the estimated bandwidth-delay product (with room for delayed
-    /// feedback). Pacing sets the rate; the window only caps what is in flight when
-    /// feedback stalls, so a path that dies cannot swallow more than two BDPs of packets.
+    /// feedback), plus what the reverse direction's queue holds back. Pacing sets the
+    /// rate; the window only caps what is in flight when feedback stalls, so a path that
+    /// dies cannot swallow much more than two BDPs of packets. The reverse queue (RTT
+    /// above its minimum that is not our forward queue) delays our feedback, not our
+    /// data: without it the window, not the link, limited a path whose reverse direction
+    /// was busy (10 % of a 10 Mbit/s link in a bidirectional transfer).
     pub fn cwnd_bytes(&self) -> u64 {
         let bw = self.rate.bandwidth();
         if bw <= 0.0 {
             return INITIAL_CWND_BYTES;
         }
         let rtt = self.rtt.min() + MAX_ACK_DELAY * 2;
+        let reverse_queue = self
+            .rtt
+            .smoothed()
+            .saturating_sub(self.rtt.min())
+            .saturating_sub(self.fwd_queue());
         let bdp = bw * rtt.as_secs_f64();
-        ((2.0 * bdp) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
+        ((2.0 * bdp + bw * reverse_queue.as_secs_f64()) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
+    }
+
+    /// Smoothed forward queueing delay; RTT above its minimum until the peer's clock has
+    /// been seen (feedback without it, as in unit tests driving a path directly).
+    fn fwd_queue(&self) -> Duration {
+        if self.fwd_seen {
+            self.fwd.smoothed()
+        } else {
+            self.rtt.smoothed().saturating_sub(self.rtt.min())
+        }
     }
 
     fn now_view(&self) -> PathNow {
@@ -304,6 +342,7 @@ impl Path {
             bw: self.rate.bandwidth(),
             min_rtt: self.rtt.min(),
             srtt: self.rtt.smoothed(),
+            fwd_queue: self.fwd_queue(),
         }
     }
 
@@ -363,6 +402,7 @@ impl Path {
             ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
+            fwd_queue: self.fwd_queue(),
         }
     }
 
@@ -400,8 +440,10 @@ impl Path {
         seq
     }
 
-    /// Processes the peer's feedback about this path.
-    pub fn on_ack(&mut self, now: Instant, ack: &AckFrame) {
+    /// Processes the peer's feedback about this path. `peer_receive_us` is when the peer
+    /// received the acknowledged datagram, in its clock (the carrying datagram's
+    /// `send_time_us` minus the ACK's delay); `None` if unknown.
+    pub fn on_ack(&mut self, now: Instant, ack: &AckFrame, peer_receive_us: Option<u32>) {
         let newer = self
             .largest_acked
             .is_none_or(|l| ack.largest.wrapping_sub(l) as i32 > 0);
@@ -420,15 +462,27 @@ impl Path {
             };
             self.rtt.on_sample(corrected);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
-            if let Verdict::Decrease(bw) = self.control.on_rtt_sample(corrected, self.now_view()) {
+            self.latest_queue = match peer_receive_us {
+                Some(p) => {
+                    self.fwd_seen = true;
+                    self.fwd.on_sample(now, r.time, p)
+                }
+                None => corrected.saturating_sub(self.rtt.min()),
+            };
+            let view = self.now_view();
+            if let Verdict::Decrease(bw) = self.control.on_queue_sample(self.latest_queue, view) {
                 self.rate.reset_to(now, bw);
             }
         }
         if self.update_loss(ack) {
-            self.control.on_loss(self.rtt.latest(), self.rtt.min());
+            self.control.on_loss(self.latest_queue);
         }
-        self.rate
-            .on_ack(now, ack.recv_bytes, rec.map(|r| (r.rate, r.time)));
+        self.rate.on_ack(
+            now,
+            ack.recv_bytes,
+            peer_receive_us,
+            rec.map(|r| (r.rate, r.time)),
+        );
         self.control.on_feedback(now, self.now_view());
         let window =
             (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));

@@ -76,6 +76,9 @@ pub struct RateSnapshot {
     pub app_limited: bool,
     /// Send time of the newest datagram covered by feedback at that moment.
     pub delivered_sent: Instant,
+    /// When the peer received that datagram, in the peer's clock (µs, low 32 bits);
+    /// `None` after an idle restart (the delivery clock restarted in our time).
+    pub delivered_peer_us: Option<u32>,
 }
 
 /// Per-path delivery-rate state.
@@ -84,6 +87,7 @@ pub struct DeliveryRate {
     delivered: u64,
     delivered_time: Instant,
     delivered_sent: Instant,
+    delivered_peer_us: Option<u32>,
     max: WindowedMaxRate,
     latest: f64,
     valid: bool,
@@ -96,6 +100,7 @@ impl DeliveryRate {
             delivered: 0,
             delivered_time: now,
             delivered_sent: now,
+            delivered_peer_us: None,
             max: WindowedMaxRate::new(Duration::from_secs(2)),
             latest: 0.0,
             valid: false,
@@ -108,12 +113,14 @@ impl DeliveryRate {
         if idle {
             self.delivered_time = now;
             self.delivered_sent = now;
+            self.delivered_peer_us = None;
         }
         RateSnapshot {
             delivered: self.delivered,
             delivered_time: self.delivered_time,
             app_limited,
             delivered_sent: self.delivered_sent,
+            delivered_peer_us: self.delivered_peer_us,
         }
     }
 
@@ -124,17 +131,21 @@ impl DeliveryRate {
         self.max.update(now, bytes_per_sec);
     }
 
-    /// Feedback: the peer has received `recv_bytes` in total on this path; `acked` is the
-    /// snapshot of the newest datagram it covers and when that datagram was sent.
+    /// Feedback: the peer has received `recv_bytes` in total on this path, the newest of
+    /// them at `peer_us` in its clock; `acked` is the snapshot of the newest datagram the
+    /// feedback covers and when that datagram was sent.
     ///
-    /// The sample's interval is the longer of the feedback interval and the send interval
-    /// (BBR's rule): feedback that arrives bunched (ACK compression) would otherwise
-    /// measure the bunching, not the path — a rate no higher than the one the data was
-    /// sent at can be proven by these bytes.
+    /// The sample's interval is the longer of the receive interval and the send interval
+    /// (BBR's rule): a rate no higher than the one the data was sent at can be proven by
+    /// these bytes. The receive interval is measured in the peer's clock, where the bytes
+    /// arrived: measured here, at feedback arrival, it would include how the feedback's
+    /// own trip varied — feedback bunched behind the peer's data on a busy reverse
+    /// direction (ACK compression) read as a link up to 25 % faster than it is.
     pub fn on_ack(
         &mut self,
         now: Instant,
         recv_bytes: u64,
+        peer_us: Option<u32>,
         acked: Option<(RateSnapshot, Instant)>,
     ) {
         if recv_bytes <= self.delivered {
@@ -142,13 +153,19 @@ impl DeliveryRate {
         }
         self.delivered = recv_bytes;
         self.delivered_time = now;
+        self.delivered_peer_us = peer_us;
         if let Some((_, sent)) = acked {
             self.delivered_sent = self.delivered_sent.max(sent);
         }
         if let Some((s, sent)) = acked {
-            let elapsed = now
-                .saturating_since(s.delivered_time)
-                .max(sent.saturating_since(s.delivered_sent));
+            let receive_interval = match (peer_us, s.delivered_peer_us) {
+                // Serial arithmetic: a negative difference (feedback out of order) gives 0.
+                (Some(p), Some(p0)) => {
+                    Duration::from_micros((p.wrapping_sub(p0) as i32).max(0) as u64)
+                }
+                _ => now.saturating_since(s.delivered_time),
+            };
+            let elapsed = receive_interval.max(sent.saturating_since(s.delivered_sent));
             // Below 1 ms the sample is dominated by ack batching; skip it.
             if elapsed >= Duration::from_millis(1) {
                 let rate = (recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64();
@@ -208,10 +225,31 @@ mod tests {
             } else {
                 None
             };
-            d.on_ack(now, i * 10_000, acked.map(|a| (a, now)));
+            d.on_ack(now, i * 10_000, None, acked.map(|a| (a, now)));
         }
         let bw = d.bandwidth();
         assert!((0.95e6..1.05e6).contains(&bw), "{bw}");
+    }
+
+    #[test]
+    fn bunched_feedback_is_timed_by_the_peer_clock() {
+        let ms = |m: u64| Instant::from_micros(m * 1000);
+        let mut d = DeliveryRate::new(Instant::ZERO);
+        let first = d.snapshot(ms(0), true, false);
+        d.on_ack(ms(100), 100_000, Some(50_000), Some((first, ms(99))));
+        let snap = d.snapshot(ms(100), false, false);
+        // 10 kB more arrived at the peer over 10 ms of its clock; the feedback reached us
+        // 1 ms after the previous one (it queued behind the peer's data), and the data
+        // had left 1 ms apart (sent at a probing gain): the peer's clock tells the truth.
+        d.on_ack(ms(101), 110_000, Some(60_000), Some((snap, ms(100))));
+        assert!((d.latest() - 1e6).abs() < 1.0, "{}", d.latest());
+        // Without the peer's time the same feedback reads ten times too fast.
+        let mut old = DeliveryRate::new(Instant::ZERO);
+        let first = old.snapshot(ms(0), true, false);
+        old.on_ack(ms(100), 100_000, None, Some((first, ms(99))));
+        let snap = old.snapshot(ms(100), false, false);
+        old.on_ack(ms(101), 110_000, None, Some((snap, ms(100))));
+        assert!(old.latest() > 9e6, "{}", old.latest());
     }
 
     proptest! {

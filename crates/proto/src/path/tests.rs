@@ -17,7 +17,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
     let cfg = PathConfig::from_detect(Duration::from_secs(1));
     let mut tx = Path::new(PathId(0), addr(), at(0), cfg);
     let mut rx = Path::new(PathId(0), addr(), at(0), cfg);
-    let mut acks: Vec<(Instant, AckFrame)> = vec![];
+    let mut acks: Vec<(Instant, AckFrame, u32)> = vec![];
     let mut arrivals: Vec<(Instant, u32)> = vec![];
     for i in 0..n {
         let now = at(i * gap_ms);
@@ -31,11 +31,12 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
             }
         });
         if let Some(a) = rx.take_ack(now, false) {
-            acks.push((now + Duration::from_millis(owd_ms), a));
+            let peer_us = (now.as_micros() as u32).wrapping_sub(a.ack_delay_us);
+            acks.push((now + Duration::from_millis(owd_ms), a, peer_us));
         }
-        acks.retain(|(t, a)| {
+        acks.retain(|(t, a, peer_us)| {
             if *t <= now {
-                tx.on_ack(*t, a);
+                tx.on_ack(*t, a, Some(*peer_us));
                 false
             } else {
                 true
@@ -118,7 +119,7 @@ fn stale_or_bogus_acks_are_ignored() {
         recv_count: 1,
         recv_bytes: 100,
     };
-    p.on_ack(at(5), &bogus);
+    p.on_ack(at(5), &bogus, None);
     assert_eq!(
         p.state(),
         PathState::Down,

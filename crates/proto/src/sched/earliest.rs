@@ -9,8 +9,9 @@
 //! link takes packets while fewer than H are pending; here H is one pacing interval's
 //! worth, far below seed 003's H_min = ⌈T_up_max / T_d_min⌉, because the pacer already
 //! knows the rate the threshold stands for). Expected arrival on path p for `len` bytes:
-//! `srtt_p / 2 + len / rate_p + loss_p · 1 s` (one-way delay with the path's current
-//! queue, serialisation, and the expected cost of a loss to the inner TCP). When no path may send yet the packet waits; the session wakes up when
+//! `min_rtt_p / 2 + fwd_queue_p + len / rate_p + loss_p · 1 s` (one-way delay with the
+//! path's current forward queue — not srtt/2, which carries the reverse direction's queue
+//! too — serialisation, and the expected cost of a loss to the inner TCP). When no path may send yet the packet waits; the session wakes up when
 //! the first pacer opens.
 
 use super::{one, preferred, Scheduler, Selection};
@@ -35,7 +36,7 @@ pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
     } else {
         p.pacing_bps.max(1.0)
     };
-    p.srtt.as_secs_f64() / 2.0 + len as f64 / rate + p.loss * LOSS_COST_S
+    p.forward_delay_s() + len as f64 / rate + p.loss * LOSS_COST_S
 }
 
 /// What a lost packet costs, in seconds of delay: the inner TCP needs about a round
@@ -83,9 +84,13 @@ mod tests {
         // The fast path's pacer is closed for another millisecond: the slow path takes it.
         fast.ready_at = Instant::from_micros(1_000);
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
-        // A queue on the fast path (srtt 90 ms over a 20 ms minimum) makes it later.
+        // A high RTT from the reverse direction's queue (srtt 90 ms over a 20 ms minimum,
+        // no forward queue) does not delay our data: the fast path still wins.
         fast.ready_at = Instant::ZERO;
         fast.srtt = core::time::Duration::from_millis(90);
+        assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(fast.id));
+        // A forward queue of 35 ms does.
+        fast.fwd_queue = core::time::Duration::from_millis(35);
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
     }
 

@@ -88,6 +88,7 @@ pub(crate) mod testutil {
             ready_at: Instant::ZERO,
             bw_valid: true,
             capacity_bps: 0.0,
+            fwd_queue: Duration::ZERO,
         }
     }
 }

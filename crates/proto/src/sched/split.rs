@@ -43,9 +43,9 @@ pub fn stripe_threshold(p: &PathView, q: &PathView) -> u64 {
     (dd * rp * (rp + rq) / rq).min(u64::MAX as f64 / 2.0) as u64
 }
 
-/// One-way delay estimate of a path, seconds (half the smoothed RTT, queueing included).
+/// One-way delay estimate of a path, seconds (forward queueing included).
 fn one_way(p: &PathView) -> f64 {
-    p.srtt.as_secs_f64() / 2.0
+    p.forward_delay_s()
 }
 
 /// The paths a flow that has sent `flow_bytes` may use: the primary (lowest one-way delay)

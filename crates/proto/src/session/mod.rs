@@ -376,7 +376,10 @@ impl Session {
                 Ok(Frame::Ack(a)) => {
                     if let Some(s) = find_slot(&mut self.paths, PathId(a.path)) {
                         let before = s.path.state();
-                        s.path.on_ack(now, &a);
+                        // The peer received the acknowledged datagram ack_delay before
+                        // it sealed this one: its clock, for one-way delay and rates.
+                        let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
+                        s.path.on_ack(now, &a, Some(peer_receive));
                         if s.path.state() != before {
                             let st = s.path.state();
                             self.events.push_back(Event::PathState(PathId(a.path), st));

@@ -1,0 +1,119 @@
+//! Forward one-way queueing delay of a path, from the peer's clock in its feedback.
+//!
+//! Why: the RTT mixes both directions. When the reverse direction of a link is loaded (a
+//! bidirectional transfer, or a download while we upload), the ACKs about our data queue
+//! behind the peer's data, the RTT rises, and a sender that reads the RTT as "my queue"
+//! slows down on a link it is not filling. Seed 004 measures queueing one way for the same
+//! reason. Every datagram carries its sender's clock (`send_time_us`), so the datagram
+//! that brings an ACK tells when the peer received the acknowledged datagram, in the peer's
+//! clock: `send_time_us − ack_delay_us`. Our send time of that datagram is known, so
+//! `peer_receive − local_send` is the one-way delay plus an unknown, constant clock offset;
+//! its windowed minimum removes the offset, and what is left is the forward queue.
+//!
+//! Invariants: clocks are 32-bit microsecond counters that wrap (every 71 min); all
+//! arithmetic is relative to the first sample, in wrapping/serial form, so a wrap never
+//! shows as a jump. The minimum is kept over a window of `WINDOW` (two buckets) so a slow
+//! clock drift between the hosts (tens of ppm) cannot accumulate into a fake queue.
+
+use crate::Instant;
+use core::time::Duration;
+
+/// How long a minimum is trusted (drift of 50 ppm over this is 0.5 ms).
+const WINDOW: Duration = Duration::from_secs(10);
+
+/// Forward one-way delay statistics of one path.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ForwardDelay {
+    base: Option<u32>,
+    /// Minimum of the current and the previous half-window (offset-relative µs).
+    min_cur: Option<(Instant, i64)>,
+    min_prev: Option<i64>,
+    latest_queue_us: i64,
+    /// EWMA (1/8, as the smoothed RTT) of the queue samples, µs.
+    smoothed_queue_us: f64,
+}
+
+impl ForwardDelay {
+    /// Records one sample: our datagram sent at `sent` (our clock) reached the peer at
+    /// `peer_receive_us` (the peer's clock, low 32 bits). Returns the forward queueing
+    /// delay this sample shows.
+    pub fn on_sample(&mut self, now: Instant, sent: Instant, peer_receive_us: u32) -> Duration {
+        let raw = peer_receive_us.wrapping_sub(sent.as_micros() as u32);
+        let base = *self.base.get_or_insert(raw);
+        let owd = i64::from(raw.wrapping_sub(base) as i32);
+        match self.min_cur {
+            Some((start, _)) if now.saturating_since(start) >= WINDOW / 2 => {
+                // Half-window over: the current bucket becomes the previous one.
+                self.min_prev = self.min_cur.map(|(_, m)| m);
+                self.min_cur = Some((now, owd));
+            }
+            Some((start, m)) => self.min_cur = Some((start, m.min(owd))),
+            None => self.min_cur = Some((now, owd)),
+        }
+        let cur = self.min_cur.map_or(owd, |(_, m)| m);
+        let min = self.min_prev.map_or(cur, |p| p.min(cur));
+        self.latest_queue_us = (owd - min).max(0);
+        self.smoothed_queue_us += (self.latest_queue_us as f64 - self.smoothed_queue_us) / 8.0;
+        self.queue()
+    }
+
+    /// Smoothed forward queueing delay.
+    pub fn smoothed(&self) -> Duration {
+        Duration::from_micros(self.smoothed_queue_us as u64)
+    }
+
+    /// The newest forward queueing delay (zero before any sample).
+    pub fn queue(&self) -> Duration {
+        Duration::from_micros(self.latest_queue_us as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_micros(ms * 1000)
+    }
+
+    #[test]
+    fn queue_is_delay_above_the_minimum_whatever_the_clock_offset() {
+        let mut f = ForwardDelay::default();
+        // Peer clock 3 000 s ahead; base one-way delay 10 ms.
+        let offset = 3_000_000_000u64;
+        let peer = |sent_ms: u64, owd_ms: u64| ((sent_ms + owd_ms) * 1000 + offset) as u32;
+        assert_eq!(f.on_sample(at(10), at(0), peer(0, 10)), Duration::ZERO);
+        assert_eq!(
+            f.on_sample(at(30), at(5), peer(5, 25)),
+            Duration::from_millis(15)
+        );
+        assert_eq!(f.on_sample(at(40), at(20), peer(20, 10)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_drifting_clock_is_forgotten_after_the_window() {
+        let mut f = ForwardDelay::default();
+        f.on_sample(at(0), at(0), 5_000);
+        // The peer's clock runs 2 ms later after a long time: the old minimum expires.
+        let mut q = Duration::ZERO;
+        for s in 1..=30u64 {
+            q = f.on_sample(at(s * 1000), at(s * 1000), (s * 1_000_000 + 7_000) as u32);
+        }
+        assert_eq!(q, Duration::ZERO);
+    }
+
+    proptest! {
+        /// Wrapping clocks never produce a spurious queue: a constant one-way delay reads
+        /// as zero queue wherever the two 32-bit clocks start.
+        #[test]
+        fn constant_delay_reads_zero(offset in any::<u32>(), start in any::<u32>(), n in 1usize..200) {
+            let mut f = ForwardDelay::default();
+            for i in 0..n as u64 {
+                let sent = Instant::from_micros(u64::from(start) + i * 20_000);
+                let peer = (sent.as_micros() as u32).wrapping_add(offset);
+                prop_assert_eq!(f.on_sample(sent, sent, peer), Duration::ZERO);
+            }
+        }
+    }
+}
