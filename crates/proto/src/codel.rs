@@ -45,6 +45,7 @@ pub struct CodelQueue {
     drops: QueueDrops,
     target: Duration,
     interval: Duration,
+    ramping: bool,
 }
 
 impl CodelQueue {
@@ -62,6 +63,7 @@ impl CodelQueue {
             drops: QueueDrops::default(),
             target: TARGET,
             interval: INTERVAL,
+            ramping: false,
         }
     }
 
@@ -100,6 +102,15 @@ impl CodelQueue {
         self.drops
     }
 
+    /// Whether the paths draining this queue are still finding their rates (startup).
+    /// The queue that builds meanwhile is the senders' ignorance, not a link's limit:
+    /// dropping then would end the inner TCP's slow start at a fraction of what the links
+    /// carry — one such drop in the first second held a Wi-Fi + LTE pair at the best
+    /// link's rate for ten seconds while CUBIC crawled back. The byte bound still holds.
+    pub fn set_ramping(&mut self, ramping: bool) {
+        self.ramping = ramping;
+    }
+
     /// The packet that would leave next, after CoDel has dropped what it must.
     pub fn head(&mut self, now: Instant) -> Option<&Arc<[u8]>> {
         while let Some(&(enq, _)) = self.q.front() {
@@ -124,7 +135,7 @@ impl CodelQueue {
 
     /// RFC 8289's state machine, evaluated for the head packet's sojourn time.
     fn should_drop(&mut self, now: Instant, sojourn: Duration) -> bool {
-        if sojourn < self.target || self.bytes <= 1500 {
+        if sojourn < self.target || self.bytes <= 1500 || self.ramping {
             self.first_above = None;
             self.dropping = false;
             return false;
@@ -215,6 +226,27 @@ mod tests {
             "{first_half} then {second_half}: rate must rise"
         );
         assert_eq!(q.drops().overflow, 0);
+    }
+
+    #[test]
+    fn no_drops_while_the_paths_ramp_up_then_codel_resumes() {
+        let mut q = CodelQueue::new(100 << 20);
+        q.set_ramping(true);
+        let run = |q: &mut CodelQueue, from: u64| {
+            for t in from..from + 1000 {
+                for _ in 0..2 {
+                    q.push(ms(t), Arc::from(vec![0u8; 1000]));
+                }
+                if q.head(ms(t)).is_some() {
+                    q.take();
+                }
+            }
+        };
+        run(&mut q, 0);
+        assert_eq!(q.drops(), QueueDrops::default());
+        q.set_ramping(false);
+        run(&mut q, 1000);
+        assert!(q.drops().codel > 0);
     }
 
     #[test]

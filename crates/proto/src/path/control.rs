@@ -4,8 +4,13 @@
 //! The rate is the bottleneck bandwidth estimate (windowed maximum of delivery-rate
 //! samples, `rate.rs`) times a gain:
 //! - **startup**: gain 2 until the estimate stops growing by a quarter for three rounds;
-//! - **probing**: a cycle of eight rounds with gains 1.25, 0.75, 1 ×6 — one round finds
-//!   out whether the path has more to give, the next drains the queue that made;
+//! - **probing**, steered by the forward queue (`oneway.rs`): gain 1.25 while the queue
+//!   is below half its target (the link is not being filled: find out how much more it
+//!   gives), 1 within the target, 0.9 above it (drain). The target is
+//!   `max(2 ms, min_rtt / 4)`. A small standing queue at the bottleneck is what keeps a
+//!   link busy; BBR's fixed cycle (1.25, 0.75, 1 ×6) left a link idle in every 0.75 round
+//!   that had no queue to drain, and found a rate rise only once per eight rounds — too
+//!   slow for Wi-Fi and cellular links whose rate changes every few hundred ms;
 //! - **packet pairs**: when the capacity the peer measures from back-to-back pairs
 //!   (`pair.rs`) is well above the estimate, gain 2 (seed 004's exponential increase by
 //!   packet pairs): a path that was idle or starved gets back to its capacity in a few
@@ -31,8 +36,8 @@
 use crate::Instant;
 use core::time::Duration;
 
-/// Gains of the probing cycle, one per round.
-const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Gain while the forward queue is below half its target: probe for more.
+const PROBE_UP: f64 = 1.25;
 /// Gain while starting up or catching up with the packet-pair capacity.
 const HIGH_GAIN: f64 = 2.0;
 /// Jitter samples looked at after a loss.
@@ -44,10 +49,16 @@ const MIN_RATE: f64 = 8_000.0;
 /// Gain of a cruising round that finds a standing queue.
 const CRUISE_DRAIN: f64 = 0.9;
 
-/// Whether the forward queue is a standing one: a quarter of the minimum RTT, at least
-/// 2 ms (below that it is scheduling noise).
-fn has_queue(p: PathNow) -> bool {
-    p.fwd_queue > (p.min_rtt / 4).max(Duration::from_millis(2))
+/// The forward queue a path aims at: a quarter of the minimum RTT, at least 2 ms
+/// (below that it is scheduling noise).
+fn queue_target(p: PathNow) -> Duration {
+    (p.min_rtt / 4).max(Duration::from_millis(5))
+}
+
+/// Whether the forward queue stands above its target: the link is busy, so what it
+/// delivers now is its capacity (`Path` then shortens the bandwidth filter's memory).
+pub fn standing_queue(p: PathNow) -> bool {
+    p.fwd_queue > queue_target(p)
 }
 
 /// Shortest round (keeps the cycle meaningful on sub-millisecond paths).
@@ -56,7 +67,7 @@ const MIN_ROUND: Duration = Duration::from_millis(5);
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
     Startup { full_bw: f64, stalled_rounds: u32 },
-    Probe { phase: usize },
+    Probe,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -165,14 +176,15 @@ impl RateControl {
                 full_bw,
                 stalled_rounds,
             } => {
-                if p.bw >= full_bw * 1.25 {
+                // A queue standing at the bottleneck means the link is full, whatever
+                // the estimate still does.
+                if p.bw >= full_bw * 1.25 && !standing_queue(p) {
                     Mode::Startup {
                         full_bw: p.bw,
                         stalled_rounds: 0,
                     }
                 } else if stalled_rounds + 1 >= 3 {
-                    // Start the cycle at the draining phase: startup left a queue.
-                    Mode::Probe { phase: 1 }
+                    Mode::Probe
                 } else {
                     Mode::Startup {
                         full_bw,
@@ -180,19 +192,18 @@ impl RateControl {
                     }
                 }
             }
-            Mode::Probe { phase } => Mode::Probe {
-                phase: (phase + 1) % CYCLE.len(),
-            },
+            Mode::Probe => Mode::Probe,
         };
     }
 
     fn gain(&self, p: PathNow, bw: f64) -> f64 {
         let base = match self.mode {
             Mode::Startup { .. } => HIGH_GAIN,
-            // Cruising with a standing queue: the estimate is a little high (a maximum of
-            // noisy samples); drain instead of letting the queue grow to the window.
-            Mode::Probe { phase } if CYCLE[phase] == 1.0 && has_queue(p) => CRUISE_DRAIN,
-            Mode::Probe { phase } => CYCLE[phase],
+            // Above the target the estimate is a little high (a maximum of noisy
+            // samples, or a link that slowed): drain instead of letting the queue grow.
+            Mode::Probe if standing_queue(p) => CRUISE_DRAIN,
+            Mode::Probe if p.fwd_queue < queue_target(p) / 2 => PROBE_UP,
+            Mode::Probe => 1.0,
         };
         match self.capacity {
             // The pairs see room the delivery rate has not found yet: catch up fast.
@@ -288,22 +299,51 @@ mod tests {
             c.on_feedback(now_ms(t), path(8.5e5));
         }
         assert!(!c.in_startup());
-        // First probing round drains.
-        assert_eq!(c.pacing_rate(path(1e6), 0), 0.75e6);
+        // No queue at the bottleneck yet (1 ms of a 5 ms target): probe upwards.
+        assert_eq!(c.pacing_rate(path(1e6), 0), 1.25e6);
+    }
+
+    #[test]
+    fn startup_ends_when_a_queue_stands() {
+        let mut c = RateControl::new(Instant::ZERO);
+        let queued = PathNow {
+            fwd_queue: Duration::from_millis(8),
+            ..path(1e6)
+        };
+        let mut bw = 1e5;
+        for t in 1..=3 {
+            bw *= 2.0;
+            c.on_feedback(now_ms(t * 21), PathNow { bw, ..queued });
+        }
+        assert!(!c.in_startup());
+    }
+
+    #[test]
+    fn gain_follows_the_forward_queue() {
+        let mut c = RateControl::new(Instant::ZERO);
+        c.mode = Mode::Probe;
+        let at = |ms| PathNow {
+            fwd_queue: Duration::from_millis(ms),
+            ..path(1e6)
+        };
+        // Target max(2 ms, 20/4 ms) = 5 ms: below half of it probe, within hold, above drain.
+        assert_eq!(c.pacing_rate(at(1), 0), 1.25e6);
+        assert_eq!(c.pacing_rate(at(4), 0), 1e6);
+        assert_eq!(c.pacing_rate(at(9), 0), 0.9e6);
     }
 
     #[test]
     fn a_busy_reverse_direction_is_not_our_queue() {
         let mut c = RateControl::new(Instant::ZERO);
-        c.mode = Mode::Probe { phase: 3 };
+        c.mode = Mode::Probe;
         // RTT 40 ms over a 20 ms minimum because the peer's data queues ahead of our
-        // ACKs, while our own direction has no queue: cruise at the estimate.
+        // ACKs, while our own direction has no queue: no reason to drain, probe.
         let busy_reverse = PathNow {
             srtt: Duration::from_millis(60),
             fwd_queue: Duration::ZERO,
             ..path(1e6)
         };
-        assert_eq!(c.pacing_rate(busy_reverse, 0), 1e6);
+        assert_eq!(c.pacing_rate(busy_reverse, 0), 1.25e6);
         let own_queue = PathNow {
             fwd_queue: Duration::from_millis(30),
             ..busy_reverse
@@ -314,13 +354,20 @@ mod tests {
     #[test]
     fn packet_pairs_drive_fast_catch_up() {
         let mut c = RateControl::new(Instant::ZERO);
-        c.mode = Mode::Probe { phase: 3 };
-        assert_eq!(c.pacing_rate(path(1e6), 0), 1e6);
+        c.mode = Mode::Probe;
+        let holding = PathNow {
+            fwd_queue: Duration::from_millis(4),
+            ..path(1e6)
+        };
+        assert_eq!(c.pacing_rate(holding, 0), 1e6);
         c.on_capacity(5e6);
-        assert_eq!(c.pacing_rate(path(1e6), 0), 2e6);
+        assert_eq!(c.pacing_rate(holding, 0), 2e6);
         // Not while draining.
-        c.mode = Mode::Probe { phase: 1 };
-        assert_eq!(c.pacing_rate(path(1e6), 0), 0.75e6);
+        let draining = PathNow {
+            fwd_queue: Duration::from_millis(9),
+            ..holding
+        };
+        assert_eq!(c.pacing_rate(draining, 0), 0.9e6);
     }
 
     fn verdict_after(c: &mut RateControl, at_loss_ms: u64, after_ms: [u64; 3]) -> Verdict {

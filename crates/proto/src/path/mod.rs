@@ -484,8 +484,14 @@ impl Path {
             rec.map(|r| (r.rate, r.time)),
         );
         self.control.on_feedback(now, self.now_view());
-        let window =
-            (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4));
+        // While a queue stands at the bottleneck the link is busy and delivers exactly its
+        // capacity: remember maxima only over the last two RTTs, so a link that slowed
+        // (Wi-Fi fade, cellular scheduling) is believed within a round trip, not seconds.
+        let window = if control::standing_queue(self.now_view()) {
+            (self.rtt.smoothed() * 4).max(Duration::from_millis(200))
+        } else {
+            (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4))
+        };
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
         self.first_unacked_time = self.first_eliciting_after(ack.largest, now);

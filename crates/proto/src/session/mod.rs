@@ -406,6 +406,11 @@ impl Session {
         if acked {
             // RTTs only change with feedback: CoDel's interval follows them here.
             self.agg_queue.set_interval(self.codel_interval());
+            let ramping = self
+                .paths
+                .iter()
+                .any(|s| s.path.state() != PathState::Down && s.path.in_startup());
+            self.agg_queue.set_ramping(ramping);
         }
         if let Some(s) = self.slot_mut(path_id) {
             s.path.on_received(
