@@ -11,7 +11,9 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-PKGS=(iproute2 nftables iperf3 ethtool mptcpd iputils-ping procps python3 python3-venv
+# iptables: `multihome race` queues SYNs with the xtables NFQUEUE target (nftables' own
+# `queue` statement needs CONFIG_NFT_QUEUE, which kernels may lack).
+PKGS=(iproute2 nftables iptables iperf3 ethtool mptcpd iputils-ping procps python3 python3-venv
       python3-pip socat openvpn build-essential pkg-config)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -11,6 +11,8 @@ Role, by subcommand:
   recording the download time.
 * ``get``: one download, optionally hashed (sha256), printing ``RESULT {json}``.
 * ``hello``: time ``count`` connections to a one-byte server up to the first byte.
+* ``udp``: one UDP flow (from ``--sport``): ``count`` datagrams to the origin's UDP server,
+  printing the source address the origin saw for each (which uplink carried the flow).
 
 Invariants: every fetch ends within ``--timeout`` (the seed's three minutes by default) with a
 status among ok / refused / reset / timeout / error; an object counts as ok only when the body
@@ -270,10 +272,26 @@ def run_hello(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps({"seconds": times}), flush=True)
 
 
+def run_udp(args: argparse.Namespace) -> None:
+    """Send ``count`` datagrams from port ``sport``; collect what the origin says it saw."""
+    seen: list[str | None] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("0.0.0.0", args.sport))
+        s.connect((args.host, args.port))
+        s.settimeout(args.timeout)
+        for i in range(args.count):
+            s.send(f"probe {i}".encode())
+            try:
+                seen.append(s.recv(256).decode(errors="replace"))
+            except TimeoutError:
+                seen.append(None)
+    print("RESULT " + json.dumps({"seen": seen}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    for name in ("dataset", "live", "get", "hello"):
+    for name in ("dataset", "live", "get", "hello", "udp"):
         p = sub.add_parser(name)
         p.add_argument("--host", required=True)
         p.add_argument("--port", type=int, default=80)
@@ -288,6 +306,7 @@ def main() -> None:
         p.add_argument("--path", default="/bytes/1000")
         p.add_argument("--sha256", action="store_true")
         p.add_argument("--tos", type=int, default=0, help="IP TOS byte (DSCP << 2)")
+        p.add_argument("--sport", type=int, default=0, help="UDP source port (udp)")
     args = parser.parse_args()
     if args.cmd == "dataset":
         run_dataset(args)
@@ -295,6 +314,8 @@ def main() -> None:
         run_live(args)
     elif args.cmd == "hello":
         run_hello(args)
+    elif args.cmd == "udp":
+        run_udp(args)
     else:
         res = http_get(
             args.host,

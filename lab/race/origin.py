@@ -4,10 +4,11 @@ Role: run in the origin namespace. ``GET /bytes/<n>`` returns ``n`` bytes of a f
 pattern (the fetch workload's objects: no files on disk), ``GET /seeded/<mib>/<seed>``
 returns the seeded stream of :mod:`lab.tools.tcpxfer` (so its sha256 is known without
 sending it), ``--hello-port`` accepts TCP connections and writes one byte at once (for
-measuring connection set-up to first byte).
+measuring connection set-up to first byte), ``--udp-port`` answers each datagram with the
+source address it came from (which uplink carried a UDP flow).
 
 Invariants: HTTP/1.0, one request per connection, ``Content-Length`` always set; the server is
-threaded so a slow transfer never delays another; prints ``LISTENING`` once both servers are
+threaded so a slow transfer never delays another; prints ``LISTENING`` once every server is
 bound.
 """
 
@@ -74,11 +75,20 @@ def hello_server(addr: str, port: int) -> None:
             conn.close()
 
 
+def udp_source_server(addr: str, port: int) -> None:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind((addr, port))
+    while True:
+        _, peer = srv.recvfrom(2048)
+        srv.sendto(peer[0].encode(), peer)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bind", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=80)
     parser.add_argument("--hello-port", type=int, default=0)
+    parser.add_argument("--udp-port", type=int, default=0)
     args = parser.parse_args()
     ThreadingHTTPServer.request_queue_size = 512
     httpd = ThreadingHTTPServer((args.bind, args.port), Handler)
@@ -86,6 +96,10 @@ def main() -> None:
     if args.hello_port:
         threading.Thread(
             target=hello_server, args=(args.bind, args.hello_port), daemon=True
+        ).start()
+    if args.udp_port:
+        threading.Thread(
+            target=udp_source_server, args=(args.bind, args.udp_port), daemon=True
         ).start()
     print("LISTENING", flush=True)
     httpd.serve_forever()

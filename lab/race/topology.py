@@ -42,6 +42,7 @@ LAN_GW = "192.168.60.1"
 ORIGIN = "10.80.0.1"
 HTTP_PORT = 80
 HELLO_PORT = 7
+UDP_PORT = 9
 RACE_PORT = 7070
 
 
@@ -95,6 +96,8 @@ class RaceTopology:
         self.gw.addr_add("lan0", f"{LAN_GW}/24")
         self.lan.route_replace("default", via=LAN_GW)
         self.org.addr_add("lo", f"{ORIGIN}/32")
+        # The gateway forwards the LAN's UDP flows (TCP is relayed by the daemon).
+        self.gw.sysctl("net.ipv4.ip_forward", 1)
         for i, spec in enumerate(self.uplinks):
             r = lab.ns(f"r{i}")
             r.sysctl("net.ipv4.ip_forward", 1)
@@ -152,6 +155,8 @@ class RaceTopology:
                 str(HTTP_PORT),
                 "--hello-port",
                 str(HELLO_PORT),
+                "--udp-port",
+                str(UDP_PORT),
             ),
             "origin",
         )
@@ -249,6 +254,11 @@ class RaceTopology:
         )
         self._refusals[i] = int(res.stdout.strip().rsplit("handle", 1)[1].split()[0])
 
+    def unrefuse(self, i: int) -> None:
+        """Uplink ``i``'s handshakes are accepted again."""
+        handle = self._refusals.pop(i)
+        self.org.run(["nft", "delete", "rule", "inet", "refuse", "input", "handle", str(handle)])
+
     def blackhole(self, i: int) -> None:
         """Uplink ``i`` silently drops everything (gateway side, both directions)."""
         self.gw.blackhole(f"u{i}")
@@ -268,6 +278,16 @@ class RaceTopology:
             cmd.append("--sha256")
         res = self.lan.run(cmd, timeout=timeout + 30)
         return parse_result(res.stdout)
+
+    def udp(self, sport: int, count: int = 3, timeout: float = 2.0) -> list[str | None]:
+        """One UDP flow from the LAN host's port ``sport``: the source address the origin saw
+        for each datagram (``origin_side_ip(i)`` for uplink i; None: no answer)."""
+        cmd = tool_cmd_race(
+            "fetch", "udp", "--host", ORIGIN, "--port", str(UDP_PORT), "--sport", str(sport)
+        )
+        cmd += ["--count", str(count), "--timeout", str(timeout)]
+        res = self.lan.run(cmd, timeout=count * timeout + 30)
+        return parse_result(res.stdout)["seen"]
 
 
 def tool_cmd_race(module: str, *args: str) -> list[str]:

@@ -16,6 +16,10 @@
 //! connect_timeout_ms = 10000
 //! max_connections = 512
 //! listen_port = 7070             # the TPROXY listener (local only)
+//! hold_syns = true               # hold each client SYN in netfilter queue `queue_num` while racing,
+//!                                # so a refusal reaches the client as a refusal (needs iptables)
+//! udp_flows = true               # give each new UDP flow from the LAN one uplink (same predictor)
+//! queue_num = 7070               # the NFQUEUE number (0..=65535) for held SYNs and new UDP flows
 //! table_base = 7070              # routing tables table_base (TPROXY) and table_base+1+i (uplink i)
 //! control_socket = "/run/multihome/race.sock"
 //!
@@ -67,6 +71,9 @@ struct RaceSection {
     connect_timeout_ms: Option<Spanned<u64>>,
     max_connections: Option<Spanned<usize>>,
     listen_port: Option<u16>,
+    hold_syns: Option<bool>,
+    udp_flows: Option<bool>,
+    queue_num: Option<u16>,
     table_base: Option<Spanned<u32>>,
     control_socket: Option<String>,
     seed: Option<u64>,
@@ -105,6 +112,12 @@ pub struct RaceSettings {
     pub probe_target: Option<SocketAddr>,
     /// TPROXY listener port.
     pub listen_port: u16,
+    /// Hold each client's SYN in the netfilter queue while its connection is raced.
+    pub hold_syns: bool,
+    /// Route each new UDP flow from the LAN over one uplink chosen by the predictor.
+    pub udp_flows: bool,
+    /// The netfilter queue number for held SYNs and new UDP flows.
+    pub queue_num: u16,
     /// First routing table number.
     pub table_base: u32,
     /// Control socket path.
@@ -275,6 +288,9 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
         gateway,
         probe_target,
         listen_port: r.listen_port.unwrap_or(7070),
+        hold_syns: r.hold_syns.unwrap_or(true),
+        udp_flows: r.udp_flows.unwrap_or(true),
+        queue_num: r.queue_num.unwrap_or(7070),
         table_base,
         control_socket: PathBuf::from(r.control_socket.as_deref().unwrap_or(DEFAULT_RACE_SOCKET)),
         seed: r.seed,
@@ -394,6 +410,8 @@ mod tests {
         assert_eq!(s.uplinks[0].gateway, Some("10.61.0.1".parse().unwrap()));
         assert_eq!(s.gateway.max_connections, 512);
         assert_eq!(s.gateway.probe_interval, None);
+        assert!(s.hold_syns && s.udp_flows);
+        assert_eq!(s.queue_num, 7070);
         let s = parse(&format!(
             "[race]\npredictor = \"static\"\nstatic_uplink = \"b\"\n{UPLINKS}"
         ))
@@ -422,6 +440,11 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.message.contains("unknown field"), "{e}");
+        let e = parse(&format!(
+            "[race]\npredictor = \"race\"\nqueue_num = 70000\n{UPLINKS}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
         let e = parse("[race]\npredictor = \"race\"\n").unwrap_err();
         assert!(e.fix.contains("uplinks"), "{e}");
         let e = parse(&format!(

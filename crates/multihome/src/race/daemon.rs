@@ -1,32 +1,49 @@
-//! The racing gateway's event loop: accept diverted connections, race each one, relay the
-//! winner, probe uplinks, answer the control socket.
+//! The racing gateway's event loop: hold new connections' SYNs, race each one, let the SYN
+//! through to the transparent listener (or refuse it), relay the winner, route UDP flows,
+//! probe uplinks, answer the control socket.
 //!
-//! One current-thread tokio runtime; the shared state (`proto::race::Gateway`, counters)
-//! sits in a `RefCell` borrowed only between awaits, so it needs no locks. Each connection
-//! is a local task: it drives its `Race` (attempts are tasks of their own whose results come
-//! back over a channel, so a loser can be aborted at once), then relays with splice. The
-//! gateway's `max_connections` bound covers the whole life of a connection (race and
-//! relay): past it new connections are reset at once and a rate-limited log line says so.
+//! One current-thread tokio runtime; the shared state (`proto::race::Gateway`, the SYN
+//! table, counters) sits in `RefCell`s borrowed only between awaits, so it needs no locks.
+//! With `hold_syns`, a connection starts from its SYN in the netfilter queue ([`super::held`]):
+//! the race runs while the client waits for a SYN-ACK, and the client's connection, once
+//! accepted, is paired with the winner by its 4-tuple. A connection accepted without a held
+//! SYN (`hold_syns = false`, or the kernel queue overflowed and let the SYN pass, fail-open)
+//! is raced after the accept, as [`connection`] does; its refusal can then only be a reset.
+//! Each race drives its `Race` (attempts are tasks of their own whose results come back
+//! over a channel, so a loser can be aborted at once), then relays with splice. The
+//! gateway's `max_connections` bound covers the whole life of a connection (race, wait for
+//! the client's handshake, relay): past it new connections are refused at once and a
+//! rate-limited log line says so.
 
 use super::attempt;
 use super::config::RaceSettings;
+use super::held::{self, Held};
+use super::nfqueue::NfQueue;
 use super::setup::{self, Interception, UplinkAddrs};
 use super::splice;
 use crate::control::ControlSocket;
 use crate::daemon::{block_on, shutdown_signal, Clock};
 use anyhow::{Context, Result};
-use proto::race::{Action, AttemptState, Gateway, Race, RaceError, UplinkId, MAX_UPLINKS};
+use proto::race::{
+    Action, AttemptState, Flow, Gateway, Race, RaceError, SynHold, UplinkId, MAX_UPLINKS,
+};
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// How often at most the "connection limit reached" line is logged.
 const BUSY_LOG_EVERY: Duration = Duration::from_secs(5);
+/// Bytes of each queued packet copied to the daemon: IPv6 plus a few extension headers
+/// plus the TCP header's first 14 bytes fit.
+const COPY_RANGE: u16 = 256;
 
 /// State shared by the connection tasks.
 pub struct Shared {
@@ -42,6 +59,14 @@ pub struct Shared {
     pub relayed: Cell<(u64, u64)>,
     /// Connections relayed now.
     pub relaying: Cell<u64>,
+    /// The netfilter queue (held SYNs, first packets of UDP flows), when enabled.
+    pub queue: Option<AsyncFd<NfQueue>>,
+    /// Held and admitted SYNs.
+    pub hold: RefCell<SynHold<Held>>,
+    /// Admitted flows waiting for the listener to accept the client's connection.
+    pub waiting: RefCell<HashMap<Flow, oneshot::Sender<TcpStream>>>,
+    /// Connections accepted without a held SYN (raced after the accept).
+    pub unheld: Cell<u64>,
     last_busy_log: Cell<Option<std::time::Instant>>,
 }
 
@@ -56,6 +81,30 @@ pub fn run(settings: RaceSettings) -> Result<()> {
                 settings.listen_port
             )
         })?;
+        // Bound before the rules that feed it exist, so no SYN is queued to nobody.
+        let queue = if settings.hold_syns || settings.udp_flows {
+            let cap = settings.gateway.max_connections;
+            // Held SYNs stay in the kernel's queue: room for all of them plus a burst.
+            let max_len = u32::try_from(cap).unwrap_or(u32::MAX).saturating_add(1024);
+            let q = NfQueue::bind(settings.queue_num, COPY_RANGE, max_len)
+                .with_context(|| format!("opening netfilter queue {}", settings.queue_num))?;
+            // SAFETY: NfQueue owns its netlink socket for its whole life and `as_raw_fd`
+            // always returns that fd; it is closed only by NfQueue's drop, after the
+            // AsyncFd has deregistered it.
+            let afd =
+                unsafe { AsyncFd::register_with_interest(q, Interest::READABLE) }.map_err(|e| {
+                    anyhow::anyhow!("registering the netfilter queue: {}", e.into_parts().1)
+                })?;
+            Some(afd)
+        } else {
+            None
+        };
+        if settings.udp_flows && !ipv4_forwarding() {
+            tracing::warn!(
+                "net.ipv4.ip_forward is 0: UDP flows from the LAN will not be forwarded; \
+                 enable it (sysctl -w net.ipv4.ip_forward=1) or set udp_flows = false"
+            );
+        }
         let interception = Interception::install(&settings, &addrs)?;
         let control = ControlSocket::bind(&settings.control_socket)?;
         let seed = match settings.seed {
@@ -64,6 +113,7 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         };
         let clock = Clock::new();
         let gw = Gateway::new(settings.gateway.clone(), seed, clock.now())?;
+        let hold = SynHold::new(settings.gateway.max_connections);
         let sh = Rc::new(Shared {
             gw: RefCell::new(gw),
             clock,
@@ -71,17 +121,28 @@ pub fn run(settings: RaceSettings) -> Result<()> {
             addrs,
             relayed: Cell::new((0, 0)),
             relaying: Cell::new(0),
+            queue,
+            hold: RefCell::new(hold),
+            waiting: RefCell::new(HashMap::new()),
+            unheld: Cell::new(0),
             last_busy_log: Cell::new(None),
         });
         tracing::info!(
-            "racing TCP from {:?} over {} uplinks with predictor {} (listener port {})",
+            "racing TCP from {:?} over {} uplinks with predictor {} (listener port {}, \
+             SYNs held: {}, UDP flows routed: {}, queue {})",
             sh.settings.lan_interfaces,
             sh.settings.uplinks.len(),
             sh.settings.gateway.predictor.name(),
-            sh.settings.listen_port
+            sh.settings.listen_port,
+            sh.settings.hold_syns,
+            sh.settings.udp_flows,
+            sh.settings.queue_num
         );
         for l in listeners {
             tokio::task::spawn_local(accept_loop(sh.clone(), l));
+        }
+        if sh.queue.is_some() {
+            tokio::task::spawn_local(held::queue_loop(sh.clone()));
         }
         if sh.settings.probe_target.is_some() {
             tokio::task::spawn_local(probe_loop(sh.clone()));
@@ -105,6 +166,10 @@ pub fn run(settings: RaceSettings) -> Result<()> {
     })
 }
 
+fn ipv4_forwarding() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").is_ok_and(|v| v.trim() == "1")
+}
+
 /// Lets hundreds of races (N+1 sockets and 4 pipe ends each) have their descriptors.
 fn raise_fd_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -118,8 +183,25 @@ fn raise_fd_limit() {
 async fn accept_loop(sh: Rc<Shared>, listener: tokio::net::TcpListener) {
     loop {
         match listener.accept().await {
-            Ok((client, _)) => {
-                tokio::task::spawn_local(connection(sh.clone(), client));
+            Ok((client, peer)) => {
+                let flow = client
+                    .local_addr()
+                    .ok()
+                    .map(|dst| Flow { client: peer, dst });
+                let waiter = flow.and_then(|f| sh.waiting.borrow_mut().remove(&f));
+                match waiter {
+                    // Its race is won already: hand it to the task holding the winner (a
+                    // task that gave up waiting has dropped its receiver: reset the client).
+                    Some(tx) => {
+                        if let Err(client) = tx.send(client) {
+                            attempt::reset(client);
+                        }
+                    }
+                    None => {
+                        sh.unheld.set(sh.unheld.get() + 1);
+                        tokio::task::spawn_local(connection(sh.clone(), client));
+                    }
+                }
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -131,7 +213,7 @@ async fn accept_loop(sh: Rc<Shared>, listener: tokio::net::TcpListener) {
 }
 
 /// Frees the connection's slot in the gateway however the task ends.
-struct Slot(Rc<Shared>);
+pub(super) struct Slot(pub(super) Rc<Shared>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -139,6 +221,7 @@ impl Drop for Slot {
     }
 }
 
+/// A connection accepted without a held SYN: race now; refusing it can only be a reset.
 async fn connection(sh: Rc<Shared>, client: TcpStream) {
     let (Ok(dst), Ok(src)) = (client.local_addr(), client.peer_addr()) else {
         return;
@@ -169,6 +252,18 @@ async fn connection(sh: Rc<Shared>, client: TcpStream) {
         attempt::reset(client);
         return;
     };
+    relay(&sh, client, uplink, origin, src, dst).await;
+}
+
+/// Relays the client's connection over the chosen uplink's until both ends are done.
+pub(super) async fn relay(
+    sh: &Shared,
+    client: TcpStream,
+    uplink: UplinkId,
+    origin: TcpStream,
+    src: SocketAddr,
+    dst: SocketAddr,
+) {
     tracing::debug!(
         "{src} -> {dst}: using uplink {}",
         sh.settings.uplinks[uplink.index()].name
@@ -185,7 +280,8 @@ async fn connection(sh: Rc<Shared>, client: TcpStream) {
     }
 }
 
-fn log_busy(sh: &Shared, limit: usize) {
+/// Logs (at most every [`BUSY_LOG_EVERY`]) that new connections are being refused.
+pub(super) fn log_busy(sh: &Shared, limit: usize) {
     let now = std::time::Instant::now();
     if sh
         .last_busy_log
@@ -193,11 +289,11 @@ fn log_busy(sh: &Shared, limit: usize) {
         .is_none_or(|t| now.duration_since(t) >= BUSY_LOG_EVERY)
     {
         sh.last_busy_log.set(Some(now));
-        let refused = sh.gw.borrow().status().busy_refusals;
+        let refused = sh.gw.borrow().status().busy_refusals + sh.hold.borrow().busy();
         tracing::warn!(
             "connection limit reached: {limit} connections are being raced or relayed; new \
-             connections are reset until some finish ({refused} so far). Raise max_connections \
-             in [race] if the host has the file descriptors"
+             connections are refused until some finish ({refused} so far). Raise \
+             max_connections in [race] if the host has the file descriptors"
         );
     }
 }
@@ -205,7 +301,11 @@ fn log_busy(sh: &Shared, limit: usize) {
 type AttemptResult = (UplinkId, io::Result<TcpStream>);
 
 /// Drives one race to its decision; returns the chosen uplink's connection.
-async fn drive(sh: &Rc<Shared>, race: &mut Race, dst: SocketAddr) -> Option<(UplinkId, TcpStream)> {
+pub(super) async fn drive(
+    sh: &Rc<Shared>,
+    race: &mut Race,
+    dst: SocketAddr,
+) -> Option<(UplinkId, TcpStream)> {
     let (tx, mut rx) = mpsc::unbounded_channel::<AttemptResult>();
     let mut tasks: [Option<JoinHandle<()>>; MAX_UPLINKS] = Default::default();
     let mut connected: [Option<TcpStream>; MAX_UPLINKS] = Default::default();

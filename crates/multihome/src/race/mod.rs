@@ -1,21 +1,23 @@
 //! `multihome race`: a transparent gateway that races each new TCP connection over every
 //! uplink and keeps the one its predictor picks (seed 000: MultiNAT, AvMet).
 //!
-//! LAN hosts only use the gateway as their default route. nftables diverts their TCP
-//! connections to a transparent listener ([`setup`]); for each accepted connection the
-//! sans-IO core (`proto::race`) plans attempts, one socket per uplink bound to that
-//! uplink's device and address ([`attempt`]), decides by the seed's rules, the losers are
-//! reset and the winner is relayed with splice(2) ([`splice`]). `--replay` runs the same
-//! core offline over a recorded fetch dataset ([`replay`]) for the lab's evaluation.
-//!
-//! The client's own handshake is completed by the kernel before the race (TPROXY accepts
-//! first): this kernel has no nftables `queue` statement (CONFIG_NFT_QUEUE is off) to hold
-//! the SYN in userspace. So "refuse the client" is an RST on its freshly accepted
-//! connection, before any byte is relayed: the client sees ECONNRESET, not ECONNREFUSED.
+//! LAN hosts only use the gateway as their default route. Each new connection's SYN is
+//! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has
+//! no nftables `queue` statement) while the sans-IO core (`proto::race`) plans attempts, one
+//! socket per uplink bound to that uplink's device and address ([`attempt`]), and decides
+//! by the seed's rules ([`held`]). The losers are reset; the client's SYN is then let
+//! through to a transparent listener (nftables TPROXY, [`setup`]) and its connection is
+//! relayed over the winner with splice(2) ([`splice`]) — or, when every uplink refused or
+//! timed out, the SYN is answered with an RST, so the client's connect() fails with
+//! ECONNREFUSED, as if it had tried the destination itself. New UDP flows get one uplink
+//! each from the same predictor (a mark, conntrack, policy routing). `--replay` runs the
+//! same core offline over a recorded fetch dataset ([`replay`]) for the lab's evaluation.
 
 pub mod attempt;
 pub mod config;
 pub mod daemon;
+pub mod held;
+pub mod nfqueue;
 pub mod replay;
 pub mod setup;
 pub mod splice;

@@ -1,19 +1,37 @@
-//! Interception and routing for the racing gateway: nftables TPROXY, policy routing per
-//! uplink, and their removal.
+//! Interception and routing for the racing gateway: the SYN queue, nftables TPROXY, per-flow
+//! UDP uplinks, policy routing per uplink, and their removal.
 //!
-//! - TCP from the LAN interfaces to foreign addresses is diverted with nftables `tproxy` to
-//!   the daemon's transparent listener; the accepted socket's local address *is* the
+//! - **Held SYNs** (`hold_syns`): an iptables rule (mangle PREROUTING, priority -150) sends
+//!   every new connection's SYN from the LAN to a unicast destination to NFQUEUE
+//!   `queue_num`, with `--queue-bypass` so SYNs pass unqueued while no daemon is bound. This
+//!   kernel has the xtables NFQUEUE target but not nftables' `queue` statement
+//!   (CONFIG_NFT_QUEUE is off), hence iptables for that one rule. The daemon's verdict
+//!   lets a SYN continue to the nftables chain below (priority -145, after the queue), or
+//!   marks it [`REFUSE_MARK`]: that chain answers it with `reject with tcp reset`, so the
+//!   kernel itself sends the client an RST for its SYN (correct sequence numbers, IPv4 and
+//!   IPv6, from the original destination's address) and the client's connect() fails with
+//!   ECONNREFUSED.
+//! - **TCP** from the LAN interfaces to foreign addresses is diverted with nftables `tproxy`
+//!   to the daemon's transparent listener; the accepted socket's local address *is* the
 //!   original destination (no NAT, no SO_ORIGINAL_DST). Packets of connections that already
 //!   have a transparent socket are marked and delivered locally too (`socket transparent`).
 //!   The mark makes `ip rule fwmark MARK lookup T` route them to `local default dev lo`.
+//! - **UDP** (`udp_flows`): the first packet of each new flow goes to the same queue; the
+//!   verdict marks it with its uplink (`(i + 1) << 24`, [`UPLINK_MARK_MASK`]), the chain
+//!   saves that in the flow's conntrack mark and restores it on the flow's later packets
+//!   (original direction only, so replies are routed to the LAN as usual); `ip rule fwmark`
+//!   sends marked packets to the uplink's table, and they are masqueraded to the uplink's
+//!   address. The kernel forwards them (net.ipv4.ip_forward must be on).
 //! - Each uplink `i` gets routing table `table_base + 1 + i` with its default route, and a
 //!   rule `from <uplink address> lookup` it. Sockets of an attempt are bound to the uplink's
 //!   address and device, so they leave by that uplink whatever the main table says, and the
 //!   origin sees the uplink's address (its NAT, if any, is the uplink router's business).
 //!
 //! Invariants: everything is installed in one nftables table of our own (replaced
-//! atomically if a crashed daemon left it) and in rules/tables numbered from `table_base`;
-//! [`Interception::drop`] removes exactly those. Names were validated by the config.
+//! atomically if a crashed daemon left it), in iptables rules carrying the comment
+//! [`TABLE`] and in rules/tables numbered from `table_base`; [`Interception::drop`] removes
+//! exactly those, queue rules first so no SYN is queued to a daemon that is going away.
+//! Names were validated by the config.
 
 use super::config::{RaceSettings, UplinkSettings};
 use std::net::IpAddr;
@@ -23,12 +41,29 @@ use std::process::{Command, Stdio};
 pub const TABLE: &str = "multihome_race";
 /// Packet mark bit of diverted packets (a high bit, away from marks others commonly use).
 pub const MARK: u32 = 0x0010_0000;
+/// Packet mark bit of a held SYN the daemon refuses: the chain resets it.
+pub const REFUSE_MARK: u32 = 0x0020_0000;
+/// Mark bits of a UDP flow's uplink: `(i + 1) << 24` for uplink `i` (0 = none).
+pub const UPLINK_MARK_MASK: u32 = 0x0f00_0000;
+
+/// The mark bits of UDP flows over uplink `i`.
+pub fn uplink_mark(i: usize) -> u32 {
+    ((i as u32 + 1) << 24) & UPLINK_MARK_MASK
+}
 /// First `ip rule` preference used (TPROXY rule; uplink rules follow).
 const RULE_PREF: u32 = 9000;
 
 /// Errors installing interception or routes.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// The rule feeding the SYN/UDP queue could not be installed.
+    #[error("`{cmd}` failed: {stderr}; install the iptables package (the NFQUEUE target is reached through it), or set hold_syns = false and udp_flows = false in [race]")]
+    Queue {
+        /// The command line.
+        cmd: String,
+        /// Its error output.
+        stderr: String,
+    },
     /// A command (`nft`, `ip`) failed.
     #[error("`{cmd}` failed: {stderr}; is the binary installed and are we root?")]
     Command {
@@ -89,23 +124,80 @@ fn run(args: &[&str], input: Option<&str>) -> Result<(), SetupError> {
 }
 
 /// The nftables ruleset text.
-pub fn ruleset(lan: &[String], port: u16) -> String {
+pub fn ruleset(lan: &[String], port: u16, udp_flows: bool) -> String {
     let lan_match = if lan.is_empty() {
         String::new()
     } else {
         let names: Vec<String> = lan.iter().map(|n| format!("\"{n}\"")).collect();
         format!("iifname {{ {} }} ", names.join(", "))
     };
+    // UDP: save the uplink the daemon chose in the flow's conntrack mark; restore it on the
+    // flow's later packets from the LAN (never on replies, which go to the LAN by the main
+    // table); masquerade to the uplink's address.
+    let (udp, nat) = if udp_flows {
+        let m = UPLINK_MARK_MASK;
+        (
+            format!(
+                "\t\tmeta l4proto udp meta mark & {m:#010x} != 0 ct mark set meta mark\n\
+                 \t\tct direction original ct mark & {m:#010x} != 0 meta mark set ct mark\n"
+            ),
+            format!(
+                "\tchain masq {{\n\
+                 \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+                 \t\tct mark & {m:#010x} != 0 masquerade\n\
+                 \t}}\n"
+            ),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     format!(
         "table inet {TABLE} {{}}\ndelete table inet {TABLE}\n\
          table inet {TABLE} {{\n\
          \tchain divert {{\n\
-         \t\ttype filter hook prerouting priority mangle; policy accept;\n\
+         \t\ttype filter hook prerouting priority mangle + 5; policy accept;\n\
+         \t\t{lan_match}meta mark & {REFUSE_MARK:#x} == {REFUSE_MARK:#x} reject with tcp reset\n\
+         {udp}\
          \t\t{lan_match}meta l4proto tcp socket transparent 1 meta mark set meta mark | {MARK:#x} accept\n\
          \t\t{lan_match}fib daddr type local return\n\
          \t\t{lan_match}meta l4proto tcp tproxy to :{port} meta mark set meta mark | {MARK:#x} accept\n\
-         \t}}\n}}\n"
+         \t}}\n{nat}}}\n"
     )
+}
+
+/// The iptables/ip6tables arguments (without the `-A`/`-D` verb's table and chain) of the
+/// rules that feed the queue: TCP SYNs of new connections and first packets of new UDP
+/// flows from the LAN to unicast destinations.
+pub fn queue_rules(s: &RaceSettings) -> Vec<Vec<String>> {
+    let mut protos = Vec::new();
+    if s.hold_syns {
+        protos.push(vec!["-p", "tcp", "--syn"]);
+    }
+    if s.udp_flows {
+        protos.push(vec!["-p", "udp"]);
+    }
+    let lans: Vec<Option<&str>> = if s.lan_interfaces.is_empty() {
+        vec![None]
+    } else {
+        s.lan_interfaces.iter().map(|l| Some(l.as_str())).collect()
+    };
+    let queue = s.queue_num.to_string();
+    let mut out = Vec::new();
+    for lan in &lans {
+        for p in &protos {
+            let mut r: Vec<&str> = Vec::new();
+            if let Some(l) = lan {
+                r.extend(["-i", l]);
+            }
+            r.extend(p);
+            r.extend(["-m", "conntrack", "--ctstate", "NEW"]);
+            r.extend(["-m", "addrtype", "--dst-type", "UNICAST"]);
+            r.extend(["-m", "comment", "--comment", TABLE]);
+            r.extend(["-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"]);
+            out.push(r.into_iter().map(String::from).collect());
+        }
+    }
+    out
 }
 
 /// The addresses of one uplink, found at start-up.
@@ -221,12 +313,23 @@ impl Interception {
                 }
                 route.extend(["dev", &u.interface, "table", &table]);
                 me.add(&route, &["ip", fam, "route", "flush", "table", &table])?;
+                if s.udp_flows {
+                    // UDP flows marked for this uplink use its table.
+                    let m = format!("{:#x}/{UPLINK_MARK_MASK:#x}", uplink_mark(i));
+                    let pref = (RULE_PREF + 10 + i as u32).to_string();
+                    me.add(
+                        &[
+                            "ip", fam, "rule", "add", "fwmark", &m, "lookup", &table, "pref", &pref,
+                        ],
+                        &[
+                            "ip", fam, "rule", "del", "fwmark", &m, "lookup", &table, "pref", &pref,
+                        ],
+                    )?;
+                }
             }
         }
-        run(
-            &["nft", "-f", "-"],
-            Some(&ruleset(&s.lan_interfaces, s.listen_port)),
-        )?;
+        let text = ruleset(&s.lan_interfaces, s.listen_port, s.udp_flows);
+        run(&["nft", "-f", "-"], Some(&text))?;
         me.undo.push(vec![
             "nft".into(),
             "delete".into(),
@@ -234,12 +337,32 @@ impl Interception {
             "inet".into(),
             TABLE.into(),
         ]);
+        // Last, so the chain that acts on the daemon's verdicts exists before any packet is
+        // queued; first to go at cleanup.
+        for tool in ["iptables", "ip6tables"] {
+            for rule in queue_rules(s) {
+                let mut add = vec![tool, "-w", "-t", "mangle", "-A", "PREROUTING"];
+                add.extend(rule.iter().map(String::as_str));
+                let mut del = add.clone();
+                del[4] = "-D";
+                match me.add(&add, &del) {
+                    Ok(()) => {}
+                    Err(SetupError::Command { cmd, stderr }) if tool == "iptables" => {
+                        return Err(SetupError::Queue { cmd, stderr })
+                    }
+                    Err(e) => {
+                        tracing::warn!("IPv6 SYN/UDP queueing not installed: {e}");
+                        break;
+                    }
+                }
+            }
+        }
         Ok(me)
     }
 
     fn add(&mut self, cmd: &[&str], undo: &[&str]) -> Result<(), SetupError> {
-        // A rule left by a crashed daemon would make `rule add` duplicate it: remove first.
-        if cmd.get(2) == Some(&"rule") {
+        // A rule left by a crashed daemon would make `add` duplicate it: remove first.
+        if cmd.get(2) == Some(&"rule") || cmd[0].ends_with("tables") {
             while run(undo, None).is_ok() {}
         }
         run(cmd, None)?;
@@ -265,10 +388,47 @@ mod tests {
 
     #[test]
     fn ruleset_text() {
-        let r = ruleset(&["lan0".into(), "lan1".into()], 7070);
+        let r = ruleset(&["lan0".into(), "lan1".into()], 7070, true);
         assert!(r.contains("iifname { \"lan0\", \"lan1\" } meta l4proto tcp tproxy to :7070"));
         assert!(r.contains("delete table inet multihome_race"));
         assert!(r.contains("meta mark | 0x100000 accept"));
-        assert!(!ruleset(&[], 1).contains("iifname"));
+        assert!(r.contains("meta mark & 0x200000 == 0x200000 reject with tcp reset"));
+        let refuse = r.find("reject").unwrap();
+        assert!(
+            refuse < r.find("tproxy").unwrap(),
+            "refusal before the divert"
+        );
+        assert!(r.contains("ct mark & 0x0f000000 != 0 masquerade"));
+        let bare = ruleset(&[], 1, false);
+        assert!(!bare.contains("iifname"));
+        assert!(!bare.contains("masquerade") && !bare.contains("ct mark"));
+    }
+
+    #[test]
+    fn queue_rules_per_lan_and_protocol() {
+        let text = "[race]\npredictor = \"race\"\nlan_interfaces = [\"lan0\", \"lan1\"]\n\
+                    queue_num = 9\n[[uplink]]\nname = \"a\"\ninterface = \"u0\"\n";
+        let src = crate::config::Source {
+            path: std::path::Path::new("race.toml"),
+            text,
+        };
+        let mut s = super::super::config::validate(&src).unwrap();
+        let rules = queue_rules(&s);
+        assert_eq!(rules.len(), 4);
+        let first = rules[0].join(" ");
+        assert!(
+            first.starts_with("-i lan0 -p tcp --syn -m conntrack --ctstate NEW"),
+            "{first}"
+        );
+        assert!(
+            first.ends_with("-j NFQUEUE --queue-num 9 --queue-bypass"),
+            "{first}"
+        );
+        assert!(rules[3].join(" ").starts_with("-i lan1 -p udp"));
+        s.hold_syns = false;
+        s.udp_flows = false;
+        assert!(queue_rules(&s).is_empty());
+        assert_eq!(uplink_mark(0), 0x0100_0000);
+        assert_eq!(uplink_mark(7), 0x0800_0000);
     }
 }

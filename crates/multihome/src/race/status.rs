@@ -1,6 +1,6 @@
 //! The racing gateway's status document (JSON on the control socket): per uplink attempts,
-//! wins, chosen, refusals, timeouts, failures and the predictor's state (AvMet's weights and
-//! `curbest`, probe ETTs).
+//! wins, chosen, refusals, timeouts, failures, UDP flows and the predictor's state (AvMet's
+//! weights and `curbest`, probe ETTs); SYNs held now, waiting for their client, refused.
 //!
 //! It carries `role`, `counters` and an empty `sessions` list so `multihome status`'s
 //! generic printer shows something sensible; `--json` gives everything.
@@ -30,6 +30,7 @@ pub fn document(sh: &Shared) -> Value {
                 "timeouts": c.timeouts,
                 "failures": c.failures,
                 "abandoned": c.abandoned,
+                "udp_flows": c.udp_flows,
                 "avmet_weight": wins.weights()[i],
                 "ett_ms": ett.ett_us().map(|v| v / 1e3),
                 "probe_delivery": ett.delivery(),
@@ -40,11 +41,16 @@ pub fn document(sh: &Shared) -> Value {
         })
         .collect();
     let (up, down) = sh.relayed.get();
+    let hold = sh.hold.borrow();
+    let (held, admitted) = hold.counts();
     let counters = json!({
         "races_chosen": st.races.0,
         "races_refused": st.races.1,
         "races_failed": st.races.2,
-        "busy_refusals": st.busy_refusals,
+        "busy_refusals": st.busy_refusals + hold.busy(),
+        "syns_held": held,
+        "syns_admitted": admitted,
+        "unheld_connections": sh.unheld.get(),
         "active": st.active,
         "relaying": sh.relaying.get(),
         "relayed_up_bytes": up,

@@ -102,6 +102,8 @@ pub struct UplinkCounters {
     pub probe_replies: u64,
     /// Probes lost.
     pub probe_losses: u64,
+    /// UDP flows given this uplink.
+    pub udp_flows: u64,
 }
 
 /// A snapshot for status displays.
@@ -220,12 +222,19 @@ impl Gateway {
         self.active = self.active.saturating_sub(1);
     }
 
-    /// The uplink for a flow that is not raced (a UDP flow) to `dst`.
+    /// The uplink for a flow that is not raced (a UDP flow) to `dst`: a DSCP pin, else the
+    /// predictor's best uplink (AvMet's `curbest`, the probe metric's best, the static one),
+    /// the same one a race would prefer. Counted in [`UplinkCounters::udp_flows`].
     pub fn flow_uplink(&mut self, now: Instant, dst: IpAddr, dscp: Option<u8>) -> UplinkId {
-        if let Some((_, u)) = dscp.and_then(|d| self.cfg.dscp_pins.iter().find(|(p, _)| *p == d)) {
-            return *u;
+        let pin = dscp.and_then(|d| self.cfg.dscp_pins.iter().find(|(p, _)| *p == d));
+        let u = match pin {
+            Some((_, u)) => *u,
+            None => self.predictor_mut(now, dst).best(),
+        };
+        if let Some(c) = self.counters.get_mut(u.index()) {
+            c.udp_flows += 1;
         }
-        self.predictor_mut(now, dst).best()
+        u
     }
 
     /// The next uplink due for a probe at `now`, rescheduling it; `None` if none is due.

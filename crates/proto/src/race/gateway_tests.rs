@@ -208,3 +208,28 @@ fn probes_are_scheduled_with_jitter_and_feed_ett() {
     }
     assert_eq!(a.probe_timeout(), b.probe_timeout());
 }
+
+/// UDP flows follow the predictor a race would: after uplink 1 wins the races, new flows
+/// go to uplink 1, and each flow is counted on its uplink.
+#[test]
+fn udp_flows_follow_avmet_and_are_counted() {
+    let mut c = cfg(PredictorConfig::AvMet {
+        alpha: 0.5,
+        delay: ms(0),
+    });
+    c.max_connections = 100;
+    let mut gw = Gateway::new(c, 1, t(0)).unwrap();
+    assert_eq!(
+        gw.flow_uplink(t(0), DST, None),
+        UplinkId(0),
+        "ties go first"
+    );
+    for i in 0..4 {
+        let start = t(100 * i);
+        run_race(&mut gw, start, [None, Some(5)]);
+    }
+    assert_eq!(gw.flow_uplink(t(500), DST, None), UplinkId(1));
+    assert_eq!(gw.flow_uplink(t(501), DST, None), UplinkId(1));
+    let st = gw.status();
+    assert_eq!((st.uplinks[0].udp_flows, st.uplinks[1].udp_flows), (1, 2));
+}

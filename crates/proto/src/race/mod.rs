@@ -13,7 +13,11 @@
 //!   preferred and how long a completion elsewhere is held back (the SYN-ACK delay queue).
 //! - [`conn`]: one connection's race ([`Race`]): the seed's reset rules (§3.1).
 //! - [`gateway`]: many races: per-uplink counters, predictor state global or per
-//!   destination, the bound on concurrent races, DSCP pins, probe schedule.
+//!   destination, the bound on concurrent races, DSCP pins, probe schedule, and the uplink
+//!   of each UDP flow (from the same predictor).
+//! - [`hold`]: the client's SYN held while its connection is raced: which SYN starts a race,
+//!   which is a retransmission to drop, which is let through or refused once decided.
+//! - [`packet`]: the addresses, ports, DSCP and SYN flag of a queued packet.
 //!
 //! Invariants: no clock reads (every entry point takes `now`), no global RNG (the gateway
 //! owns a ChaCha8 seeded by the driver), every table is bounded.
@@ -21,11 +25,15 @@
 pub mod avmet;
 pub mod conn;
 pub mod gateway;
+pub mod hold;
+pub mod packet;
 pub mod predictor;
 pub mod probe;
 
 pub use conn::{Action, AttemptState, Outcome, Race};
 pub use gateway::{Gateway, GatewayConfig, GatewayStatus, Scope, UplinkCounters};
+pub use hold::{Flow, SynHold, SynVerdict};
+pub use packet::{classify, Classified, Transport};
 pub use predictor::{Plan, Predictor, PredictorConfig};
 
 /// Index of an uplink in the gateway's configuration (0-based, at most [`MAX_UPLINKS`]).
