@@ -1,17 +1,20 @@
-//! Bodies of the fuzz targets of the sans-IO core, one function per target, each taking
-//! the fuzzer's bytes. They live in a library (the `fuzz_targets/` binaries are one-line
-//! wrappers) so stable `cargo test` can run them too, over seeded random inputs.
+//! Bodies of the fuzz targets of the sans-IO core and of the daemons' parsers, one function
+//! per target, each taking the fuzzer's bytes. They live in a library (the `fuzz_targets/`
+//! binaries are one-line wrappers) so stable `cargo test` can run them too, over seeded
+//! random inputs.
 //!
-//! Invariant of every body: it panics only when the core breaks a documented property —
-//! a panic inside the core, a parse that does not round-trip, a state change caused by
+//! Invariant of every body: it panics only when the code under test breaks a documented
+//! property — a panic inside it, a parse that does not round-trip, a state change caused by
 //! unauthenticated input — never on input merely being invalid.
 
 mod config;
 mod endpoint;
+mod race;
 mod wire;
 
 pub use config::config;
 pub use endpoint::{handshake, session_data};
+pub use race::{nfqueue, race_packet};
 pub use wire::{frames, outer_header};
 
 /// Splits fuzzer bytes into records: `[tag u8][len u16 BE][len bytes]`, the last one cut

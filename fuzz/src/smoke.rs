@@ -135,3 +135,69 @@ fn config_target() {
         crate::config(&b);
     }
 }
+
+/// An IPv4 or IPv6 packet carrying a TCP segment (random flags) or a UDP datagram, built by
+/// hand as the queue would copy it (headers and a little payload).
+fn ip_packet(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let tcp = rng.next_u32().is_multiple_of(2);
+    let mut l4 = bytes(rng, 4); // ports and whatever follows
+    l4.resize(4, 0);
+    if tcp {
+        l4.extend([0, 0, 0, 1, 0, 0, 0, 0, 0x50]); // seq, ack, data offset
+        l4.push([0x02, 0x12, 0x10, 0x04][rng.next_u32() as usize % 4]); // SYN, SYN-ACK, ACK, RST
+        l4.extend([0xfa, 0xf0, 0, 0, 0, 0]); // window, checksum, urgent
+    } else {
+        l4.extend([0, 8, 0, 0]);
+    }
+    l4.extend(bytes(rng, 20));
+    let proto = if tcp { 6 } else { 17 };
+    let dscp = (rng.next_u32() % 64) as u8;
+    let mut p = Vec::new();
+    if rng.next_u32().is_multiple_of(2) {
+        let len = (20 + l4.len()) as u16;
+        p.extend([0x45, dscp << 2]);
+        p.extend(len.to_be_bytes());
+        p.extend([0, 0, 0x40, 0, 64, proto, 0, 0]); // id, DF, TTL, protocol, checksum
+        p.extend(bytes(rng, 8)); // addresses
+        p.resize(20, 0);
+    } else {
+        p.extend([0x60 | (dscp >> 2), (dscp & 3) << 6, 0, 0]);
+        p.extend((l4.len() as u16).to_be_bytes());
+        p.extend([proto, 64]);
+        let mut addrs = bytes(rng, 32);
+        addrs.resize(32, 0);
+        p.extend(addrs);
+    }
+    p.extend(l4);
+    p
+}
+
+#[test]
+fn race_targets() {
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    let (mut classified, mut queued) = (0, 0);
+    for _ in 0..RUNS {
+        let mut p = ip_packet(&mut rng);
+        match rng.next_u32() % 4 {
+            0 => {
+                let i = rng.next_u32() as usize % p.len();
+                p[i] = rng.next_u32() as u8;
+            }
+            1 => p.truncate(rng.next_u32() as usize % p.len()),
+            _ => {}
+        }
+        classified += usize::from(race_packet(&p));
+        // Queued-packet messages around such packets, acks and other messages.
+        let mut input = Vec::new();
+        for _ in 0..rng.next_u32() % 6 {
+            let mut body = bytes(&mut rng, 12);
+            body.extend(&p);
+            record(&mut input, rng.next_u32() as u8, &body);
+        }
+        queued += nfqueue(&input);
+        nfqueue(&bytes(&mut rng, 300));
+    }
+    // Most packets survive their mutation, and the structured datagrams carry packets.
+    assert!(classified > RUNS / 2, "only {classified} classified");
+    assert!(queued > RUNS, "only {queued} queued packets parsed");
+}

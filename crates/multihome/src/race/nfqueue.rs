@@ -200,8 +200,11 @@ fn message(kind: u16, queue: u16, seq: u32, ack: bool, attrs: &[(u16, &[u8])]) -
 }
 
 /// Parses a datagram: queued packets go to `out`, acks and errors to `on_ack(seq, errno)`.
-/// Anything malformed ends the datagram's parsing; nothing panics.
-fn parse(buf: &[u8], out: &mut Vec<Packet>, on_ack: &mut dyn FnMut(u32, i32)) {
+/// A malformed message header ends the datagram's parsing, a malformed packet message is
+/// skipped; nothing panics. Public (and hidden) only for the `nfqueue` fuzz target
+/// (`fuzz/src/race.rs`); the daemon reads through [`NfQueue::recv`].
+#[doc(hidden)]
+pub fn parse(buf: &[u8], out: &mut Vec<Packet>, on_ack: &mut dyn FnMut(u32, i32)) {
     let mut off = 0;
     while off < buf.len() {
         let Ok(msg) = NetlinkBuffer::new_checked(&buf[off..]) else {
