@@ -16,6 +16,7 @@
 
 mod delay;
 mod holes;
+mod inbound;
 mod keyring;
 mod schedule;
 mod transmit;
@@ -25,8 +26,9 @@ pub use transmit::Transmit;
 
 use crate::codel::{CodelQueue, QueueDrops};
 use crate::crypto::SessionId;
+use crate::header_compress::{Compressor, Decompressor};
 use crate::path::{Path, PathConfig, PathId, PathState, Received};
-use crate::policy::{parse_flow, FlowTable, Policy};
+use crate::policy::{FlowTable, Policy};
 use crate::reorder::{ReorderBuffer, ReorderStats};
 use crate::replay::ReplayWindow;
 use crate::sched::split::FlowMeter;
@@ -63,6 +65,9 @@ pub struct SessionConfig {
     /// Largest datagram (UDP payload) to send: a full-size TUN packet plus
     /// `wire::OVERHEAD_BYTES`. ACK and PAIR frames are piggybacked only within it.
     pub max_datagram: usize,
+    /// Compress inner TCP/IPv4 headers (`header_compress.rs`). Both ends decode either way;
+    /// this only decides what we send.
+    pub header_compression: bool,
 }
 
 impl Default for SessionConfig {
@@ -75,6 +80,7 @@ impl Default for SessionConfig {
             reorder_max_bytes: 4 << 20,
             // A 1500-byte link over IPv6 (40 + 8 bytes of outer headers).
             max_datagram: 1452,
+            header_compression: true,
         }
     }
 }
@@ -109,6 +115,10 @@ pub struct SessionCounters {
     pub queue_drops: u64,
     /// IP packets dropped because no keypair was ready.
     pub no_key_drops: u64,
+    /// IP packets sent with compressed TCP/IPv4 headers (`header_compress.rs`).
+    pub tx_compressed: u64,
+    /// Compressed packets that could not be restored (unknown context, failed checksum).
+    pub rx_decompress_errors: u64,
 }
 
 /// One session.
@@ -135,6 +145,8 @@ pub struct Session {
     counters: SessionCounters,
     last_rx: Option<Instant>,
     delay: delay::DelayTracker,
+    compressor: Compressor,
+    decompressor: Decompressor,
 }
 
 struct PathSlot {
@@ -177,6 +189,8 @@ impl Session {
             counters: SessionCounters::default(),
             last_rx: None,
             delay: delay::DelayTracker::default(),
+            compressor: Compressor::default(),
+            decompressor: Decompressor::default(),
         }
     }
 
@@ -342,35 +356,20 @@ impl Session {
             match frame {
                 Ok(Frame::Data(d)) => {
                     eliciting = true;
-                    if !self.dedupe.check_and_set(d.data_seq) {
-                        self.counters.rx_duplicates += 1;
-                        continue;
-                    }
-                    // Only the server schedules return traffic by the peer's policy.
-                    if let Some((key, _)) = create_paths.then(|| parse_flow(d.payload)).flatten() {
-                        self.flows
-                            .learn(now, key, Policy::from_code(d.flags.policy_code()));
-                    }
-                    self.counters.rx_ip_packets += 1;
-                    self.holes.on_datagram(path_id, Some(d.data_seq));
-                    self.reorder.insert(
-                        now,
-                        d.data_seq,
-                        d.payload.to_vec(),
-                        d.flags.ordered(),
-                        &mut self.deliver,
-                    );
-                    // Only a gap can be known lost; most packets arrive with none open.
-                    if self.reorder.has_gap() {
-                        let paths = &self.paths;
-                        let alive = |id| {
-                            paths
-                                .iter()
-                                .any(|s| s.path.id() == id && s.path.state() != PathState::Down)
-                        };
-                        if let Some(bound) = self.holes.lost_below(alive) {
-                            self.reorder.skip_lost_below(now, bound, &mut self.deliver);
+                    self.accept_data(now, create_paths, path_id, d.data_seq, d.flags, d.payload);
+                }
+                Ok(Frame::DataDefine(ctx, d)) => {
+                    eliciting = true;
+                    self.decompressor.define(ctx, d.payload);
+                    self.accept_data(now, create_paths, path_id, d.data_seq, d.flags, d.payload);
+                }
+                Ok(Frame::DataCompressed(c)) => {
+                    eliciting = true;
+                    match self.decompressor.decompress(c.ctx, c.body) {
+                        Ok(p) => {
+                            self.accept_data(now, create_paths, path_id, c.data_seq, c.flags, &p)
                         }
+                        Err(_) => self.counters.rx_decompress_errors += 1,
                     }
                 }
                 Ok(Frame::Ack(a)) => {

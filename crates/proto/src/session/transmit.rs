@@ -8,6 +8,7 @@
 
 use super::Session;
 use crate::crypto::TAG_LEN;
+use crate::header_compress::Encoding;
 use crate::path::{PathId, SentKind};
 use crate::wire::{
     outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, PairFrame, DATA_HEADER_LEN,
@@ -76,6 +77,12 @@ impl Session {
     }
 
     fn build(&mut self, now: Instant, job: &Job, buf: &mut [u8]) -> Option<Transmit> {
+        let encoding = match job {
+            Job::Data { packet, .. } if self.cfg.header_compression => {
+                self.compressor.encode(now, packet)
+            }
+            _ => Encoding::Plain,
+        };
         let path_id = job.path();
         let idx = self.paths.iter().position(|s| s.path.id() == path_id)?;
         let kp = self.keys.current.as_mut()?;
@@ -95,7 +102,7 @@ impl Session {
         // Feedback rides along only where it fits under the datagram bound: a full-size
         // packet leaves without it, and the ACK goes in a datagram of its own when due.
         let body = match job {
-            Job::Data { packet, .. } => DataFrame::HEADER_LEN + packet.len(),
+            Job::Data { packet, .. } => encoding.frame_len(packet.len()),
             _ => 1,
         };
         let room = self
@@ -125,9 +132,19 @@ impl Session {
                     flags: *flags,
                     payload: packet,
                 };
-                if w.data(&frame).is_err() {
+                let written = match encoding {
+                    Encoding::Plain => w.data(&frame),
+                    Encoding::Define(ctx) => w.data_define(ctx, &frame),
+                    Encoding::Compressed { ctx, header_len } => {
+                        w.data_compressed_packet(*seq, *flags, ctx, packet, header_len)
+                    }
+                };
+                if written.is_err() {
                     self.counters.queue_drops += 1;
                     return None;
+                }
+                if matches!(encoding, Encoding::Compressed { .. }) {
+                    self.counters.tx_compressed += 1;
                 }
             }
             Job::Ack { .. } if ack.is_none() => return None,

@@ -7,6 +7,12 @@
 //! PING  (0x03): (empty) — asks the peer to acknowledge this path now
 //! CLOSE (0x04): (empty) — the sender is ending the session
 //! PAIR  (0x05): path u8 | capacity_kbps u32 — packet-pair capacity measured on that path
+//! DEFINE(0x06): ctx u8 | data_seq u64 | flags u8 | IP packet, to the end of the datagram —
+//!               DATA that also (re)defines header-compression context `ctx`
+//!               (`header_compress.rs`); one byte shorter than DATA, so it fits wherever
+//!               DATA does
+//! TCP   (0x07): ctx u8 | data_seq u64 | flags u8 | changing header fields + payload, to the
+//!               end of the datagram — one TCP/IPv4 packet compressed against `ctx`
 //! ```
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
@@ -93,6 +99,24 @@ impl DataFrame<'_> {
     pub const HEADER_LEN: usize = 1 + 8 + 1 + 2;
 }
 
+/// A TCP/IPv4 packet with compressed headers (`header_compress.rs`); always the last frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompressedFrame<'a> {
+    /// Session-wide sequence number of this IP packet in this direction.
+    pub data_seq: u64,
+    /// Policy and ordering flags.
+    pub flags: DataFlags,
+    /// Header-compression context.
+    pub ctx: u8,
+    /// Changing header fields, then the TCP payload.
+    pub body: &'a [u8],
+}
+
+impl CompressedFrame<'_> {
+    /// Bytes before the body, including the frame type byte.
+    pub const HEADER_LEN: usize = 1 + 1 + 8 + 1;
+}
+
 /// Per-path feedback: what the receiver has seen of one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckFrame {
@@ -140,6 +164,10 @@ pub enum Frame<'a> {
     Close,
     /// Packet-pair capacity report.
     Pair(PairFrame),
+    /// An IP packet that also defines header-compression context `ctx`.
+    DataDefine(u8, DataFrame<'a>),
+    /// A TCP/IPv4 packet with compressed headers.
+    DataCompressed(CompressedFrame<'a>),
 }
 
 /// Iterates over the frames of a decrypted payload.
@@ -151,6 +179,31 @@ impl<'a> FrameReader<'a> {
     /// Reads frames from `b` (the bytes after the inner header).
     pub fn new(b: &'a [u8]) -> Self {
         FrameReader { rest: b }
+    }
+
+    /// A frame laid out as `ctx u8 | data_seq u64 | flags u8 | body` running to the end.
+    fn tail_frame(&mut self) -> Result<CompressedFrame<'a>, WireError> {
+        let h = self.take(CompressedFrame::HEADER_LEN - 1)?;
+        Ok(CompressedFrame {
+            ctx: h[0],
+            data_seq: u64::from_be_bytes(h[1..9].try_into().unwrap_or([0; 8])),
+            flags: DataFlags(h[9]),
+            body: core::mem::take(&mut self.rest),
+        })
+    }
+
+    /// The fields of a DATA frame after its type byte.
+    fn data(&mut self) -> Result<DataFrame<'a>, WireError> {
+        let h = self.take(11)?;
+        let data_seq = u64::from_be_bytes(h[..8].try_into().unwrap_or([0; 8]));
+        let flags = DataFlags(h[8]);
+        let len = u16::from_be_bytes([h[9], h[10]]) as usize;
+        let payload = self.take(len)?;
+        Ok(DataFrame {
+            data_seq,
+            flags,
+            payload,
+        })
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
@@ -172,17 +225,18 @@ impl<'a> Iterator for FrameReader<'a> {
         let (&t, rest) = self.rest.split_first()?;
         self.rest = rest;
         Some(match t {
-            0x01 => self.take(11).and_then(|h| {
-                let data_seq = u64::from_be_bytes(h[..8].try_into().unwrap_or([0; 8]));
-                let flags = DataFlags(h[8]);
-                let len = u16::from_be_bytes([h[9], h[10]]) as usize;
-                let payload = self.take(len)?;
-                Ok(Frame::Data(DataFrame {
-                    data_seq,
-                    flags,
-                    payload,
-                }))
+            0x01 => self.data().map(Frame::Data),
+            0x06 => self.tail_frame().map(|f| {
+                Frame::DataDefine(
+                    f.ctx,
+                    DataFrame {
+                        data_seq: f.data_seq,
+                        flags: f.flags,
+                        payload: f.body,
+                    },
+                )
             }),
+            0x07 => self.tail_frame().map(Frame::DataCompressed),
             0x02 => self.take(AckFrame::LEN - 1).map(|h| {
                 Frame::Ack(AckFrame {
                     path: h[0],
@@ -267,6 +321,68 @@ impl<'a> FrameWriter<'a> {
         self.put(&[f.flags.0])?;
         self.put(&len.to_be_bytes())?;
         self.put(f.payload)
+    }
+
+    /// Writes a DATA_DEFINE frame (DATA that also defines header-compression context
+    /// `ctx`); it runs to the end of the datagram, so it must be the last frame.
+    pub fn data_define(&mut self, ctx: u8, f: &DataFrame<'_>) -> Result<(), WireError> {
+        self.put_tail_frame(
+            0x06,
+            &CompressedFrame {
+                data_seq: f.data_seq,
+                flags: f.flags,
+                ctx,
+                body: f.payload,
+            },
+        )
+    }
+
+    /// Writes a compressed TCP frame whose body is already encoded (the last frame).
+    pub fn data_compressed(&mut self, f: &CompressedFrame<'_>) -> Result<(), WireError> {
+        self.put_tail_frame(0x07, f)
+    }
+
+    fn put_tail_frame(&mut self, t: u8, f: &CompressedFrame<'_>) -> Result<(), WireError> {
+        if self.remaining() < CompressedFrame::HEADER_LEN + f.body.len() {
+            return Err(WireError::BufferTooSmall);
+        }
+        self.put(&[t, f.ctx])?;
+        self.put(&f.data_seq.to_be_bytes())?;
+        self.put(&[f.flags.0])?;
+        self.put(f.body)
+    }
+
+    /// Writes a compressed TCP frame for `packet`: the changing header fields
+    /// (`header_compress::write_dynamic`), then the payload after `header_len` bytes.
+    pub fn data_compressed_packet(
+        &mut self,
+        data_seq: u64,
+        flags: DataFlags,
+        ctx: u8,
+        packet: &[u8],
+        header_len: usize,
+    ) -> Result<(), WireError> {
+        let payload = packet.get(header_len..).ok_or(WireError::BufferTooSmall)?;
+        let start = self.len;
+        self.put(&[0x07, ctx])?;
+        self.put(&data_seq.to_be_bytes())?;
+        self.put(&[flags.0])?;
+        let rest = self
+            .buf
+            .get_mut(self.len..)
+            .ok_or(WireError::BufferTooSmall)?;
+        match crate::header_compress::write_dynamic(packet, rest) {
+            Some(n) => self.len += n,
+            None => {
+                self.len = start;
+                return Err(WireError::BufferTooSmall);
+            }
+        }
+        if self.put(payload).is_err() {
+            self.len = start;
+            return Err(WireError::BufferTooSmall);
+        }
+        Ok(())
     }
 
     /// Writes an ACK frame.

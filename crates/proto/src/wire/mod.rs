@@ -10,7 +10,8 @@ mod frame;
 pub(crate) mod outer;
 
 pub use frame::{
-    AckFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader, PairFrame,
+    AckFrame, CompressedFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader,
+    PairFrame,
 };
 pub use outer::{
     MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,

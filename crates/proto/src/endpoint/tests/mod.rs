@@ -22,6 +22,7 @@ use crate::policy::{Classifier, Policy};
 use crate::session::{Event, SessionConfig};
 use crate::Instant;
 use core::time::Duration;
+use etherparse::checksum::Sum16BitWords;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::cmp::Reverse;
@@ -381,14 +382,20 @@ impl Pair {
     }
 }
 
-/// An IPv4/UDP packet carrying `n` (client 10.200.0.2 <-> origin 10.50.0.1).
+/// An IPv4 packet carrying `n` (client 10.200.0.2 <-> origin 10.50.0.1): TCP with the
+/// timestamp option and valid checksums from 52 bytes on (so the header compression of
+/// `header_compress.rs` is exercised by every test and must restore it byte for byte),
+/// UDP below.
 fn packet(up: bool, n: u32, size: usize) -> Vec<u8> {
     let mut p = vec![0u8; size.max(32)];
     let len = p.len() as u16;
+    let tcp = p.len() >= 52;
     p[0] = 0x45;
     p[2..4].copy_from_slice(&len.to_be_bytes());
+    p[4..6].copy_from_slice(&(n as u16).to_be_bytes());
+    p[6] = 0x40;
     p[8] = 64;
-    p[9] = 17;
+    p[9] = if tcp { 6 } else { 17 };
     let (a, b) = ([10, 200, 0, 2], [10, 50, 0, 1]);
     let (src, dst) = if up { (a, b) } else { (b, a) };
     p[12..16].copy_from_slice(&src);
@@ -396,10 +403,32 @@ fn packet(up: bool, n: u32, size: usize) -> Vec<u8> {
     p[20..22].copy_from_slice(&4000u16.to_be_bytes());
     p[22..24].copy_from_slice(&5004u16.to_be_bytes());
     p[28..32].copy_from_slice(&n.to_be_bytes());
+    let body = if tcp { 52 } else { 32 };
+    if tcp {
+        p[24..28].copy_from_slice(&n.wrapping_mul(1448).to_be_bytes());
+        p[32] = 0x80;
+        p[33] = 0x18;
+        p[34..36].copy_from_slice(&502u16.to_be_bytes());
+        p[40..44].copy_from_slice(&[1, 1, 8, 10]);
+        p[44..48].copy_from_slice(&n.wrapping_add(7).to_be_bytes());
+        p[48..52].copy_from_slice(&n.to_be_bytes());
+    }
     // Fill the rest with a pattern depending on n, so a corrupted or mixed-up payload
     // cannot pass for the right one.
-    for (i, b) in p[32..].iter_mut().enumerate() {
+    for (i, b) in p[body..].iter_mut().enumerate() {
         *b = (n as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+    // etherparse sums 16-bit words in native order: native bytes are the field's bytes.
+    let ip_sum = Sum16BitWords::new().add_slice(&p[..20]).ones_complement();
+    p[10..12].copy_from_slice(&ip_sum.to_ne_bytes());
+    if tcp {
+        let tcp_sum = Sum16BitWords::new()
+            .add_slice(&p[12..20])
+            .add_2bytes([0, 6])
+            .add_2bytes(((p.len() - 20) as u16).to_be_bytes())
+            .add_slice(&p[20..])
+            .ones_complement();
+        p[36..38].copy_from_slice(&tcp_sum.to_ne_bytes());
     }
     p
 }

@@ -1,0 +1,55 @@
+//! What happens to one IP packet the peer sent us, once its frame has been decoded (plain
+//! DATA, DATA_DEFINE, or restored from a compressed TCP frame): de-duplication, policy
+//! learning, the reorder buffer, and skipping holes known lost.
+//!
+//! Invariant: a packet is counted and handed to the reorder buffer at most once per
+//! `data_seq` (redundant copies and replays stop at the de-duplication window).
+
+use super::Session;
+use crate::path::{PathId, PathState};
+use crate::policy::{parse_flow, Policy};
+use crate::wire::DataFlags;
+use crate::Instant;
+
+impl Session {
+    pub(super) fn accept_data(
+        &mut self,
+        now: Instant,
+        create_paths: bool,
+        path_id: PathId,
+        data_seq: u64,
+        flags: DataFlags,
+        payload: &[u8],
+    ) {
+        if !self.dedupe.check_and_set(data_seq) {
+            self.counters.rx_duplicates += 1;
+            return;
+        }
+        // Only the server schedules return traffic by the peer's policy.
+        if let Some((key, _)) = create_paths.then(|| parse_flow(payload)).flatten() {
+            self.flows
+                .learn(now, key, Policy::from_code(flags.policy_code()));
+        }
+        self.counters.rx_ip_packets += 1;
+        self.holes.on_datagram(path_id, Some(data_seq));
+        self.reorder.insert(
+            now,
+            data_seq,
+            payload.to_vec(),
+            flags.ordered(),
+            &mut self.deliver,
+        );
+        // Only a gap can be known lost; most packets arrive with none open.
+        if self.reorder.has_gap() {
+            let paths = &self.paths;
+            let alive = |id| {
+                paths
+                    .iter()
+                    .any(|s| s.path.id() == id && s.path.state() != PathState::Down)
+            };
+            if let Some(bound) = self.holes.lost_below(alive) {
+                self.reorder.skip_lost_below(now, bound, &mut self.deliver);
+            }
+        }
+    }
+}
