@@ -36,6 +36,8 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "codel_drops": q.codel,
         "queue_overflow_drops": q.overflow,
         "no_key_drops": sc.no_key_drops,
+        "tx_compressed": sc.tx_compressed,
+        "rx_decompress_errors": sc.rx_decompress_errors,
     })
 }
 
