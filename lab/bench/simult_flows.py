@@ -12,7 +12,8 @@ within ``size * 8 / (0.9 * (rate_a + rate_b)) + 0.4 s``, i.e. at 90 % of the sum
 adds 50 ms of slack; we do not. The same rule for both systems, although multihome's own
 headers cost more than 10 %: its goodput ceiling on a link of rate R is about 0.921 R
 (1368 payload bytes per 1485-byte frame with header compression), so it must reach 92.7 % of
-its ceiling to pass the 0/0 cases. ``ideal_s`` and ``ceiling_s`` are recorded beside the limit for that reason.
+its ceiling to pass the 0/0 cases. ``ideal_s`` and ``ceiling_s`` are recorded beside the
+limit for that reason.
 
 A fresh topology per case keeps multihome's per-path estimators (min RTT) from carrying one
 case's delays into the next.
