@@ -4,7 +4,8 @@ Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTC
 ``overhead`` (one path: direct, multihome, OpenVPN, wireguard-go), ``failover`` (a link cut
 mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``aggregate`` (one TCP
 flow over unequal links and trace pairs: goodput against the summed rate, RTT, reorder; issue
-4), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
+issue 6), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, failover, overhead, simult_flows
+from lab.bench import aggregate, crosscheck, failover, overhead, simult_flows
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate")
+SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck")
 
 
 def main() -> int:
@@ -41,6 +42,9 @@ def main() -> int:
         help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
+    parser.add_argument(
+        "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
+    )
     args = parser.parse_args()
     suites = SUITES if args.suite == "all" else (args.suite,)
     for suite in suites:
@@ -51,6 +55,8 @@ def main() -> int:
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
+        elif suite == "crosscheck":
+            crosscheck.main(runs=args.runs, lab_from=args.lab_from)
         else:
             failover.main(runs=args.runs or 3)
     return 0

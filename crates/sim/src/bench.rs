@@ -7,7 +7,9 @@
 //! more = one Server holding many peers, which exercises the server's per-peer loops);
 //! worlds run in parallel on all cores. Every datagram is sealed and opened with the real
 //! ChaCha20-Poly1305, as in the daemon. The result records wall time, simulated packets
-//! per wall second and the real-time factor, with the git revision.
+//! per wall second and the real-time factor, with the git revision; and, because the
+//! machine is shared, the CPU time the run took and the load average around it (Linux's
+//! /proc), whence the real-time factor the same run would have on idle cores.
 //!
 //! Invariant: benchmark figures are never mixed into run reports (they depend on the
 //! machine); the simulated results of each world stay deterministic.
@@ -66,6 +68,34 @@ pub struct BenchResult {
     pub hop_packets_per_s: f64,
     /// Mean delivered goodput per session, Mbit/s (sanity: near `session_mbit`).
     pub mean_session_goodput_mbit: f64,
+    /// CPU time of all threads, s (`None` off Linux).
+    pub cpu_s: Option<f64>,
+    /// Real-time factor on `threads` otherwise idle cores: seconds × threads / `cpu_s`.
+    pub realtime_factor_idle: Option<f64>,
+    /// Tunnel datagrams per CPU second.
+    pub datagrams_per_cpu_s: Option<f64>,
+    /// 1-minute load average before and after the run.
+    pub loadavg: Option<(f64, f64)>,
+}
+
+/// CPU time of this process's threads so far, s: the sum of their scheduler run times
+/// (/proc/self/task/*/schedstat, ns; no clock-tick assumption).
+fn cpu_time() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 * 1e-9)
+}
+
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn scenario(p: &BenchParams, clients: u32) -> Result<Scenario, WorldError> {
@@ -95,6 +125,9 @@ pub fn run(p: BenchParams) -> Result<BenchResult, WorldError> {
     let worlds: Vec<u32> = (0..p.sessions.div_ceil(per))
         .map(|w| per.min(p.sessions - w * per))
         .collect();
+    // Start the worker pool first, so its threads are counted from before the run.
+    rayon::broadcast(|_| ());
+    let (cpu0, load0) = (cpu_time(), loadavg());
     let started = Instant::now();
     let reports: Vec<RunReport> = worlds
         .par_iter()
@@ -107,6 +140,8 @@ pub fn run(p: BenchParams) -> Result<BenchResult, WorldError> {
         })
         .collect::<Result<_, WorldError>>()?;
     let wall_s = started.elapsed().as_secs_f64();
+    let cpu_s = cpu_time().zip(cpu0).map(|(b, a)| b - a);
+    let threads = rayon::current_num_threads();
     let sum = |f: fn(&RunReport) -> u64| reports.iter().map(f).sum::<u64>();
     let datagrams = sum(|r| r.sim.datagrams);
     let hop_packets = sum(|r| r.sim.hop_packets);
@@ -114,7 +149,7 @@ pub fn run(p: BenchParams) -> Result<BenchResult, WorldError> {
     Ok(BenchResult {
         params: p,
         git_revision: git_revision(),
-        threads: rayon::current_num_threads(),
+        threads,
         wall_s,
         realtime_factor: f64::from(p.seconds) / wall_s,
         datagrams,
@@ -124,5 +159,9 @@ pub fn run(p: BenchParams) -> Result<BenchResult, WorldError> {
         datagrams_per_s: datagrams as f64 / wall_s,
         hop_packets_per_s: hop_packets as f64 / wall_s,
         mean_session_goodput_mbit: goodput / f64::from(p.sessions.max(1)),
+        cpu_s,
+        realtime_factor_idle: cpu_s.map(|c| f64::from(p.seconds) * threads as f64 / c),
+        datagrams_per_cpu_s: cpu_s.map(|c| datagrams as f64 / c),
+        loadavg: load0.zip(loadavg()),
     })
 }

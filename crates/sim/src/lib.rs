@@ -3,8 +3,9 @@
 //!
 //! Layout: `scenario` (TOML schema) and `sweep` (axes, shards) describe runs; `world`
 //! builds and runs one (endpoints, linkem hop chains, apps, event loop) and reports it;
-//! `traffic`, `tcp` and `packet` are the applications and their inner packets; `stats`
-//! holds the metrics (reorder density and occupancy of seed 003, Jain's index);
+//! `traffic`, `tcp` (with `cubic`) and `packet` are the applications and their inner
+//! packets; `stats` holds the metrics (reorder density and occupancy of seed 003, Jain's
+//! index);
 //! `runner` runs sweeps on all cores and writes results; `bench` measures speed.
 //!
 //! Invariants: a run is a pure function of (scenario, seed) — the same seed gives the
@@ -12,6 +13,7 @@
 //! and the tunnel is `proto` itself.
 
 pub mod bench;
+pub mod cubic;
 pub mod events;
 pub mod packet;
 pub mod runner;

@@ -77,7 +77,8 @@ pub fn run_all(runs: Vec<Run>, base: &Path) -> Vec<Outcome> {
         .collect()
 }
 
-/// The git revision of the tree (with `-dirty` when it has changes), or `unknown`.
+/// The short git revision of the tree (with `+dirty` when tracked files changed), or
+/// `unknown`.
 pub fn git_revision() -> String {
     let out = |args: &[&str]| {
         std::process::Command::new("git")
@@ -87,12 +88,12 @@ pub fn git_revision() -> String {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     };
-    match out(&["rev-parse", "--short=12", "HEAD"]) {
+    match out(&["rev-parse", "--short", "HEAD"]) {
         Some(rev) => {
             let dirty = out(&["status", "--porcelain", "--untracked-files=no"])
                 .is_some_and(|s| !s.is_empty());
             if dirty {
-                format!("{rev}-dirty")
+                format!("{rev}+dirty")
             } else {
                 rev
             }

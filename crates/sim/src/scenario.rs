@@ -63,6 +63,14 @@ fn default_failback() -> Duration {
 fn default_start() -> Duration {
     Duration::from_millis(500)
 }
+fn default_mtu() -> usize {
+    DEFAULT_TUN_MTU
+}
+
+/// The daemon's default TUN MTU (docs/PROTOCOL.md §11: 1500 − 48 − 52).
+pub const DEFAULT_TUN_MTU: usize = 1400;
+/// Largest TUN MTU whose datagrams fit the simulated links' 1500-byte IPv4 MTU.
+pub const MAX_TUN_MTU: usize = 1500 - 28 - proto::wire::OVERHEAD_BYTES;
 
 /// One concrete run.
 #[derive(Debug, Clone, Deserialize)]
@@ -155,6 +163,9 @@ pub struct TunnelSpec {
         deserialize_with = "serde_duration::required"
     )]
     pub failback_hold: Duration,
+    /// TUN MTU: the largest inner packet (the lab runs 1420 on its IPv4 links).
+    #[serde(default = "default_mtu")]
+    pub mtu: usize,
 }
 
 impl Default for TunnelSpec {
@@ -165,6 +176,18 @@ impl Default for TunnelSpec {
             policy: PolicySpec::Aggregate,
             detect: default_detect(),
             failback_hold: default_failback(),
+            mtu: DEFAULT_TUN_MTU,
+        }
+    }
+}
+
+impl TunnelSpec {
+    /// Largest inner IP packet the flows may send: the TUN MTU, or a bare 1500-byte link.
+    pub fn inner_mtu(&self) -> usize {
+        if self.enabled {
+            self.mtu
+        } else {
+            1500
         }
     }
 }
@@ -196,6 +219,17 @@ pub struct HopSpec {
     /// Server → client overrides.
     #[serde(default)]
     pub down: DirectionPatch,
+}
+
+/// Congestion control of a TCP-like flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CcSpec {
+    /// NewReno (RFC 5681/6582): seed 004's baseline.
+    #[default]
+    Newreno,
+    /// CUBIC (RFC 9438), Linux's default: for comparisons with the lab.
+    Cubic,
 }
 
 /// Direction of a flow's data.
@@ -263,8 +297,12 @@ pub struct FlowSpec {
     pub packet_bytes: Option<usize>,
     /// Policy of this flow (default: the tunnel's).
     pub policy: Option<PolicySpec>,
-    /// TCP maximum segment size (default: what fits the tunnel MTU, or 1460 direct).
+    /// TCP maximum segment size (default: what fits the tunnel MTU with 52 bytes of
+    /// IPv4 + TCP headers, timestamps included; 1448 direct).
     pub mss: Option<u32>,
+    /// Bulk and web: congestion control.
+    #[serde(default)]
+    pub cc: CcSpec,
     /// Web: number of objects.
     pub objects: Option<u32>,
     /// Web: mean object size.
@@ -357,6 +395,12 @@ impl Scenario {
         if self.seeds.is_empty() {
             return bad("seeds is empty".into());
         }
+        if !(576..=MAX_TUN_MTU).contains(&self.tunnel.mtu) {
+            return bad(format!(
+                "tunnel.mtu = {}; need 576..={MAX_TUN_MTU}",
+                self.tunnel.mtu
+            ));
+        }
         for (i, f) in self.flows.iter().enumerate() {
             self.validate_flow(i, f)?;
         }
@@ -372,8 +416,9 @@ impl Scenario {
                 };
                 parse_rate(rate)?;
                 let size = f.packet_bytes.unwrap_or(200);
-                if !(40..=1374).contains(&size) {
-                    return bad("packet_bytes must be 40..=1374 (tunnel MTU)");
+                // 28 bytes of headers + 16 of sequence number and send time.
+                if !(44..=self.tunnel.inner_mtu()).contains(&size) {
+                    return bad("packet_bytes must be 44..=MTU (the tunnel's, or 1500 direct)");
                 }
             }
             FlowKind::Web => {
@@ -393,8 +438,9 @@ impl Scenario {
                 }
             }
         }
-        if f.mss.is_some_and(|m| !(100..=1460).contains(&m)) {
-            return bad("mss must be 100..=1460");
+        let max_mss = self.tunnel.inner_mtu() - crate::packet::TCP_HEADERS;
+        if f.mss.is_some_and(|m| !(100..=max_mss as u32).contains(&m)) {
+            return bad("mss must be 100..=MTU - 52 (the tunnel's MTU, or 1500 direct)");
         }
         Ok(())
     }

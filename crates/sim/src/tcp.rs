@@ -1,4 +1,5 @@
-//! A TCP-like inner transport: NewReno congestion control over real TCP/IPv4 packets.
+//! A TCP-like inner transport: NewReno or CUBIC congestion control over real TCP/IPv4
+//! packets.
 //!
 //! It reacts to loss and reordering as a real TCP does, which is what makes a tunnel's
 //! reordering and loss visible in goodput: slow start and congestion avoidance (RFC
@@ -8,12 +9,17 @@
 //! a timeout and slow start instead of one hole per RTT), retransmission timeout with exponential
 //! backoff and go-back-N (RFC 6298, Karn's rule for RTT samples). The receiver ACKs every
 //! segment with its cumulative in-order point (no delayed ACKs, no SACK) and keeps
-//! out-of-order data. Not modelled: the handshake, SACK, ECN, pacing, CUBIC.
+//! out-of-order data. With `CcSpec::Cubic` the window after a loss, its growth in
+//! congestion avoidance and HyStart's early end of slow start are Linux CUBIC's
+//! (`cubic.rs`); loss detection and recovery stay NewReno's. Not modelled: the
+//! handshake, SACK, ECN, pacing.
 //!
 //! Invariants: `snd_una <= snd_nxt <= snd_max <= total`; the flight never exceeds
 //! min(cwnd, rwnd) when new data is sent; the receiver's in-order point only grows.
 
+use crate::cubic::{Cubic, HyStart};
 use crate::packet::{self, Addrs};
+use crate::scenario::CcSpec;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -28,6 +34,8 @@ pub struct TcpConfig {
     pub init_cwnd: u32,
     /// Lower bound of the RTO (Linux: 200 ms).
     pub min_rto: Duration,
+    /// Congestion control.
+    pub cc: CcSpec,
 }
 
 impl TcpConfig {
@@ -38,6 +46,7 @@ impl TcpConfig {
             rwnd_bytes: 4 << 20,
             init_cwnd: 10,
             min_rto: Duration::from_millis(200),
+            cc: CcSpec::Newreno,
         }
     }
 }
@@ -87,6 +96,8 @@ pub struct TcpSender {
     /// (end seq, send time) of fresh segments, oldest first.
     timing: VecDeque<(u64, Duration)>,
     no_sample_below: u64,
+    /// CUBIC's state and HyStart's, when the flow runs CUBIC.
+    cubic: Option<(Cubic, HyStart)>,
     /// Counters.
     pub stats: TcpStats,
 }
@@ -114,6 +125,7 @@ impl TcpSender {
             deadline: None,
             timing: VecDeque::new(),
             no_sample_below: 0,
+            cubic: (cfg.cc == CcSpec::Cubic).then(Default::default),
             stats: TcpStats::default(),
         }
     }
@@ -135,6 +147,16 @@ impl TcpSender {
 
     fn mss(&self) -> f64 {
         f64::from(self.cfg.mss)
+    }
+
+    /// Slow-start threshold after a congestion event with `flight` bytes outstanding:
+    /// NewReno halves the flight (RFC 5681 eq. 4), CUBIC scales the window by β.
+    fn reduced(&mut self, flight: f64) -> f64 {
+        let mss = self.mss();
+        match self.cubic.as_mut() {
+            Some((c, _)) => c.on_congestion(self.cwnd / mss) * mss,
+            None => (flight / 2.0).max(2.0 * mss),
+        }
     }
 
     fn segment(&mut self, seq: u64, out: &mut Vec<Vec<u8>>) -> u64 {
@@ -221,6 +243,16 @@ impl TcpSender {
                 }
             } else if self.cwnd < self.ssthresh {
                 self.cwnd += acked.min(self.mss());
+                let (rtt, mss) = (sample.map(Duration::from_secs_f64), self.mss());
+                if let Some((_, h)) = self.cubic.as_mut() {
+                    if h.on_ack(ack, self.snd_max, rtt, self.cwnd / mss) {
+                        self.ssthresh = self.cwnd;
+                    }
+                }
+            } else if let Some((c, _)) = self.cubic.as_mut() {
+                let (mss, rtt) = (f64::from(self.cfg.mss), self.srtt.unwrap_or(0.0));
+                let rtt = Duration::from_secs_f64(rtt);
+                self.cwnd = c.on_ack(now, self.cwnd / mss, acked / mss, rtt) * mss;
             } else {
                 self.cwnd += self.mss() * acked / self.cwnd;
             }
@@ -236,7 +268,7 @@ impl TcpSender {
             self.dupacks += 1;
             if !self.in_recovery && self.dupacks == 3 && self.snd_una >= self.recover {
                 let flight = (self.snd_max - self.snd_una) as f64;
-                self.ssthresh = (flight / 2.0).max(2.0 * self.mss());
+                self.ssthresh = self.reduced(flight);
                 self.cwnd = self.ssthresh + 3.0 * self.mss();
                 self.recover = self.snd_max;
                 self.in_recovery = true;
@@ -261,7 +293,7 @@ impl TcpSender {
         }
         self.stats.timeouts += 1;
         let flight = (self.snd_max - self.snd_una) as f64;
-        self.ssthresh = (flight / 2.0).max(2.0 * self.mss());
+        self.ssthresh = self.reduced(flight);
         self.cwnd = self.mss();
         self.recover = self.snd_max;
         self.in_recovery = false;

@@ -128,7 +128,10 @@ impl App {
             port_base,
         } = at;
         use rand::SeedableRng;
-        let tcp = TcpConfig::with_mss(spec.mss.unwrap_or(default_mss));
+        let tcp = TcpConfig {
+            cc: spec.cc,
+            ..TcpConfig::with_mss(spec.mss.unwrap_or(default_mss))
+        };
         let ports = Self::ports_needed(&spec);
         let (cbr_interval, cbr_size) = match spec.kind {
             FlowKind::Cbr | FlowKind::Saturate => {
@@ -243,14 +246,15 @@ impl App {
                 if now >= self.stop {
                     return;
                 }
-                let mut payload = vec![0u8; self.cbr_size - packet::UDP_HEADERS];
-                payload[..8].copy_from_slice(&self.cbr_sent.to_be_bytes());
-                payload[8..16].copy_from_slice(&(now.as_nanos() as u64).to_be_bytes());
+                let mut head = [0u8; 16];
+                head[..8].copy_from_slice(&self.cbr_sent.to_be_bytes());
+                head[8..].copy_from_slice(&(now.as_nanos() as u64).to_be_bytes());
                 let (a, side) = match self.spec.direction {
                     Direction::Up => (self.addrs(0), Side::Client),
                     Direction::Down => (self.addrs(0).reversed(), Side::Origin),
                 };
-                out.push((side, packet::udp(a, &payload)));
+                let len = self.cbr_size.saturating_sub(packet::UDP_HEADERS);
+                out.push((side, packet::udp(a, &head, len)));
                 self.cbr_sent += 1;
                 self.next_action = Some(now + self.cbr_interval);
             }

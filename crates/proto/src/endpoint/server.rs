@@ -6,6 +6,18 @@
 //! each path (roaming). Packets from the TUN device go to the peer whose `allowed_ips`
 //! contain the destination (longest prefix), and decrypted packets are delivered only if
 //! their source lies in the sending peer's `allowed_ips` (cryptokey routing, as WireGuard).
+//!
+//! Per-packet work does not grow with the number of peers (`index.rs`): routes are looked
+//! up by prefix, timers are kept in a deadline heap, and `poll_transmit`/`poll_deliver`
+//! visit only peers that were handed input or whose deadline came since they last came
+//! back empty, in the round-robin order of a full scan. This rests on `Session`'s
+//! contract: `poll_timeout` depends on its state only (not on the clock), so it changes
+//! only when the session is called, and a session has output only after a call or at a
+//! time it announced — exactly how a client's session is driven. A session is thus no
+//! longer polled because some other peer's datagram arrived (with many peers that used
+//! to cost a call into every session per datagram).
+
+mod index;
 
 use super::EndpointCounters;
 use crate::crypto::{PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
@@ -14,11 +26,13 @@ use crate::policy::Policy;
 use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
 use crate::wire::{outer, MessageType, OuterPacket, HANDSHAKE_RESP_LEN};
 use crate::Instant;
+use index::{PeerSet, Routes, Timers};
 use ipnet::IpNet;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 /// One allowed client.
 #[derive(Debug, Clone)]
@@ -63,6 +77,16 @@ pub struct Server {
     cfg: ServerConfig,
     peers: Vec<Peer>,
     by_index: HashMap<u32, usize>,
+    by_key: HashMap<PublicKey, usize>,
+    routes: Routes,
+    /// Behind a `RefCell` because `poll_timeout` takes `&self` and is where deadlines of
+    /// peers called since the last look are recomputed (once per peer per wake-up).
+    timers: RefCell<Timers>,
+    /// Peers that may have a datagram to send, and a packet to deliver.
+    tx_ready: PeerSet,
+    rx_ready: PeerSet,
+    /// Scratch list of peers whose deadline has come.
+    due: Vec<usize>,
     rng: ChaCha20Rng,
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
     counters: EndpointCounters,
@@ -82,7 +106,7 @@ impl Server {
 
     /// A server whose RNG is seeded with 32 bytes from the OS (what the daemon does).
     pub fn with_rng_seed(cfg: ServerConfig, seed: [u8; 32]) -> Self {
-        let peers = cfg
+        let peers: Vec<Peer> = cfg
             .peers
             .iter()
             .map(|p| Peer {
@@ -91,7 +115,18 @@ impl Server {
                 session: None,
             })
             .collect();
+        // The first peer listed with a key is the one a handshake finds (as a scan would).
+        let mut by_key = HashMap::new();
+        for (i, p) in cfg.peers.iter().enumerate() {
+            by_key.entry(p.public_key).or_insert(i);
+        }
         Server {
+            routes: Routes::new(&cfg.peers),
+            timers: RefCell::new(Timers::new(peers.len())),
+            tx_ready: PeerSet::new(peers.len()),
+            rx_ready: PeerSet::new(peers.len()),
+            due: Vec::new(),
+            by_key,
             cfg,
             peers,
             by_index: HashMap::new(),
@@ -139,6 +174,7 @@ impl Server {
                     while let Some(e) = s.poll_event() {
                         self.events.push_back((pi, e));
                     }
+                    self.touched(pi);
                 }
             }
         }
@@ -157,11 +193,7 @@ impl Server {
                 return;
             }
         };
-        let Some(pi) = self
-            .peers
-            .iter()
-            .position(|peer| peer.cfg.public_key == resp.remote())
-        else {
+        let Some(&pi) = self.by_key.get(&resp.remote()) else {
             self.counters.rx_unknown_peer += 1;
             return;
         };
@@ -208,6 +240,14 @@ impl Server {
         }
         self.counters.handshakes += 1;
         self.handshake_out.push_back((path, from, out));
+        self.touched(pi);
+    }
+
+    /// Peer `pi` was called: its deadline may have moved and it may have output.
+    fn touched(&mut self, pi: usize) {
+        self.timers.get_mut().touch(pi);
+        self.tx_ready.insert(pi);
+        self.rx_ready.insert(pi);
     }
 
     /// An IP packet read from the TUN device.
@@ -216,7 +256,7 @@ impl Server {
             self.counters.tx_no_route += 1;
             return;
         };
-        let Some(pi) = self.route(dst) else {
+        let Some(pi) = self.routes.lookup(dst) else {
             self.counters.tx_no_route += 1;
             return;
         };
@@ -225,39 +265,45 @@ impl Server {
             Some(s) => {
                 let policy = s.learned_policy(packet).unwrap_or(default);
                 s.send_packet(now, packet, policy);
+                self.timers.get_mut().touch(pi);
+                self.tx_ready.insert(pi);
             }
             None => self.counters.tx_no_route += 1,
         }
     }
 
-    fn route(&self, dst: IpAddr) -> Option<usize> {
-        self.peers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, p)| p.cfg.allowed_ips.iter().map(move |n| (i, n)))
-            .filter(|(_, n)| n.contains(&dst))
-            .max_by_key(|(_, n)| n.prefix_len())
-            .map(|(i, _)| i)
-    }
-
     /// Earliest time `handle_timeout` has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
-            .iter()
-            .filter_map(|p| p.session.as_ref()?.poll_timeout())
-            .min()
+        let mut t = self.timers.borrow_mut();
+        t.refresh(|i| {
+            self.peers[i]
+                .session
+                .as_ref()
+                .and_then(Session::poll_timeout)
+        });
+        t.first()
     }
 
-    /// Runs timers.
+    /// Runs timers: those of the sessions whose deadline has come, in peer order (a
+    /// session's `handle_timeout` before its deadline would do nothing).
     pub fn handle_timeout(&mut self, now: Instant) {
-        for (pi, p) in self.peers.iter_mut().enumerate() {
-            if let Some(s) = p.session.as_mut() {
+        let peers = &self.peers;
+        let t = self.timers.get_mut();
+        t.refresh(|i| peers[i].session.as_ref().and_then(Session::poll_timeout));
+        let mut due = std::mem::take(&mut self.due);
+        t.due(now, &mut due);
+        due.sort_unstable();
+        for &pi in &due {
+            if let Some(s) = self.peers[pi].session.as_mut() {
                 s.handle_timeout(now);
                 while let Some(e) = s.poll_event() {
                     self.events.push_back((pi, e));
                 }
             }
+            self.touched(pi);
         }
+        due.clear();
+        self.due = due;
     }
 
     /// Next datagram to send.
@@ -267,10 +313,18 @@ impl Server {
             buf[..n].copy_from_slice(&m[..n]);
             return Some(Transmit { path, dst, len: n });
         }
+        // A session may also send because time passed (its pacer allows it): those whose
+        // deadline has come are candidates without new input.
+        let mut due = std::mem::take(&mut self.due);
+        self.timers.get_mut().due(now, &mut due);
+        for i in due.drain(..) {
+            self.tx_ready.insert(i);
+        }
+        self.due = due;
         // Round-robin over sessions so one busy client cannot starve the others.
         let n = self.peers.len();
-        for k in 0..n {
-            let i = (self.next_tx_peer + k) % n;
+        while let Some(i) = self.tx_ready.next_from(self.next_tx_peer) {
+            self.timers.get_mut().touch(i);
             if let Some(t) = self.peers[i]
                 .session
                 .as_mut()
@@ -279,6 +333,7 @@ impl Server {
                 self.next_tx_peer = (i + 1) % n;
                 return Some(t);
             }
+            self.tx_ready.remove(i);
         }
         None
     }
@@ -286,21 +341,21 @@ impl Server {
     /// Next IP packet for the TUN device (sources checked against `allowed_ips`).
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
         let n = self.peers.len();
-        for k in 0..n {
-            let i = (self.next_rx_peer + k) % n;
+        while let Some(i) = self.rx_ready.next_from(self.next_rx_peer) {
             let peer = &mut self.peers[i];
-            let Some(s) = peer.session.as_mut() else {
-                continue;
-            };
-            while let Some(pkt) = s.poll_deliver() {
-                let src_ok = crate::policy::parse_flow(&pkt)
-                    .is_some_and(|(k, _)| peer.cfg.allowed_ips.iter().any(|n| n.contains(&k.src)));
-                if src_ok {
-                    self.next_rx_peer = (i + 1) % n;
-                    return Some(pkt);
+            if let Some(s) = peer.session.as_mut() {
+                while let Some(pkt) = s.poll_deliver() {
+                    let src_ok = crate::policy::parse_flow(&pkt).is_some_and(|(k, _)| {
+                        peer.cfg.allowed_ips.iter().any(|n| n.contains(&k.src))
+                    });
+                    if src_ok {
+                        self.next_rx_peer = (i + 1) % n;
+                        return Some(pkt);
+                    }
+                    self.counters.rx_spoofed += 1;
                 }
-                self.counters.rx_spoofed += 1;
             }
+            self.rx_ready.remove(i);
         }
         None
     }

@@ -18,7 +18,6 @@ use proto::policy::{Classifier, Rule};
 use proto::session::{AggregateScheduler, SessionConfig};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::time::Duration;
@@ -28,10 +27,6 @@ pub const SERVER_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2,
 /// The origin's address.
 pub const ORIGIN_IP: [u8; 4] = [198, 51, 100, 1];
 const INNER_BASE: u32 = u32::from_be_bytes([100, 64, 0, 0]);
-/// MSS that fits the tunnel's default MTU of 1374 (PROTOCOL §11) with IPv4 + TCP headers.
-pub const TUNNEL_MSS: u32 = 1374 - 40;
-/// MSS of a bare 1500-byte link.
-pub const DIRECT_MSS: u32 = 1460;
 const FIRST_PORT: u16 = 10_000;
 
 /// Client c's socket on link l.
@@ -89,6 +84,7 @@ impl World {
                 SchedulerSpec::Earliest => AggregateScheduler::Earliest,
                 SchedulerSpec::Weighted => AggregateScheduler::Weighted,
             },
+            max_datagram: scn.tunnel.mtu + proto::wire::OVERHEAD_BYTES,
             ..SessionConfig::default()
         };
         let default_policy = scn.tunnel.policy.to_proto();
@@ -103,12 +99,13 @@ impl World {
 
         // Apps first: classifier rules need their port ranges.
         let mut apps = Vec::new();
-        let mut ports = HashMap::new();
+        let mut ports: Vec<Vec<(u16, u16, u32)>> = vec![Vec::new(); n_clients];
         let mut rules_per_client: Vec<Vec<Rule>> = vec![Vec::new(); n_clients];
         let stop = scn.duration.saturating_sub(Duration::from_secs(1)).max(
             scn.duration / 2, // very short runs still send for half their length
         );
-        let mss = if tunnel { TUNNEL_MSS } else { DIRECT_MSS };
+        // What Linux would use: the path MTU less IPv4 + TCP headers with timestamps.
+        let mss = (scn.tunnel.inner_mtu() - crate::packet::TCP_HEADERS) as u32;
         for c in 0..scn.clients {
             let mut port = FIRST_PORT;
             for spec in &scn.flows {
@@ -129,9 +126,7 @@ impl World {
                         policy: p.to_proto(),
                     });
                 }
-                for k in 0..need {
-                    ports.insert((c, port + k), apps.len() as u32);
-                }
+                ports[c as usize].push((port, need, apps.len() as u32));
                 port = port
                     .checked_add(need)
                     .ok_or_else(|| WorldError::Build("too many ports for one client".into()))?;
@@ -251,7 +246,8 @@ impl World {
             dirty: Vec::new(),
             client_dirty: vec![false; n_clients],
             buf: vec![0u8; 2048],
-            last_fire: HashMap::new(),
+            pool: Vec::new(),
+            last_fire: vec![(Duration::MAX, 0); 1 + n_clients],
             counters: Default::default(),
         };
         for c in 0..w.n_clients {
