@@ -103,10 +103,14 @@ impl CodelQueue {
     }
 
     /// Whether the paths draining this queue are still finding their rates (startup).
-    /// The queue that builds meanwhile is the senders' ignorance, not a link's limit:
-    /// dropping then would end the inner TCP's slow start at a fraction of what the links
-    /// carry — one such drop in the first second held a Wi-Fi + LTE pair at the best
-    /// link's rate for ten seconds while CUBIC crawled back. The byte bound still holds.
+    /// The queue that builds meanwhile is mostly the senders' ignorance, not a link's
+    /// limit: dropping at the usual target would end the inner TCP's slow start at a
+    /// fraction of what the links carry — one such drop in the first second held a
+    /// Wi-Fi + LTE pair at the best link's rate for ten seconds while CUBIC crawled back.
+    /// So while ramping the target is one interval (a round trip's worth of queue) instead
+    /// of 5 % of it. Not dropping at all was tried: a slow start then overshot into the
+    /// byte bound and lost hundreds of packets at once (simulator, 20+20 Mbit/s at 5/20 ms:
+    /// 2 287 retransmissions, goodput 30.5 → 13.8 Mbit/s).
     pub fn set_ramping(&mut self, ramping: bool) {
         self.ramping = ramping;
     }
@@ -135,7 +139,12 @@ impl CodelQueue {
 
     /// RFC 8289's state machine, evaluated for the head packet's sojourn time.
     fn should_drop(&mut self, now: Instant, sojourn: Duration) -> bool {
-        if sojourn < self.target || self.bytes <= 1500 || self.ramping {
+        let target = if self.ramping {
+            self.interval
+        } else {
+            self.target
+        };
+        if sojourn < target || self.bytes <= 1500 {
             self.first_above = None;
             self.dropping = false;
             return false;
@@ -229,24 +238,39 @@ mod tests {
     }
 
     #[test]
-    fn no_drops_while_the_paths_ramp_up_then_codel_resumes() {
-        let mut q = CodelQueue::new(100 << 20);
-        q.set_ramping(true);
-        let run = |q: &mut CodelQueue, from: u64| {
-            for t in from..from + 1000 {
+    fn while_the_paths_ramp_up_a_round_trip_of_queue_is_tolerated() {
+        // Arrivals at 2 packets/ms, service at 1 packet/ms, as above: the sojourn time
+        // grows by 0.5 ms per ms.
+        let first_drop = |ramping: bool| {
+            let mut q = CodelQueue::new(100 << 20);
+            q.set_ramping(ramping);
+            for t in 0..2000u64 {
                 for _ in 0..2 {
                     q.push(ms(t), Arc::from(vec![0u8; 1000]));
                 }
+                let before = q.drops().codel;
                 if q.head(ms(t)).is_some() {
                     q.take();
                 }
+                if q.drops().codel > before {
+                    return t;
+                }
             }
+            u64::MAX
         };
-        run(&mut q, 0);
-        assert_eq!(q.drops(), QueueDrops::default());
-        q.set_ramping(false);
-        run(&mut q, 1000);
-        assert!(q.drops().codel > 0);
+        // Normal: above 5 ms from t ≈ 10 ms, first drop one interval later.
+        assert!(
+            (100..150).contains(&first_drop(false)),
+            "{}",
+            first_drop(false)
+        );
+        // Ramping: above 100 ms of sojourn from t ≈ 200 ms, first drop an interval later —
+        // later, but it still comes: the queue stays bounded.
+        assert!(
+            (280..350).contains(&first_drop(true)),
+            "{}",
+            first_drop(true)
+        );
     }
 
     #[test]
