@@ -207,14 +207,11 @@ mod tests {
         assert_eq!(q.drops(), QueueDrops::default());
     }
 
-    #[test]
-    fn persistent_queue_is_dropped_at_a_rising_rate() {
-        // Arrivals at 2 packets/ms, service at 1 packet/ms: the sojourn time only grows.
-        // CoDel must wait one INTERVAL above TARGET, then drop ever faster (the square
-        // root control law), which a responsive TCP answers by slowing down.
-        let mut q = CodelQueue::new(100 << 20);
+    /// Arrivals at 2 packets/ms, service at 1 packet/ms for `until` ms: the sojourn time
+    /// only grows (0.5 ms per ms). Returns the times (ms) of CoDel's drops.
+    fn overloaded(q: &mut CodelQueue, until: u64) -> Vec<u64> {
         let mut drop_times = vec![];
-        for t in 0..4000u64 {
+        for t in 0..until {
             for _ in 0..2 {
                 q.push(ms(t), Arc::from(vec![0u8; 1000]));
             }
@@ -226,6 +223,15 @@ mod tests {
                 drop_times.push(t);
             }
         }
+        drop_times
+    }
+
+    #[test]
+    fn persistent_queue_is_dropped_at_a_rising_rate() {
+        // CoDel must wait one INTERVAL above TARGET, then drop ever faster (the square
+        // root control law), which a responsive TCP answers by slowing down.
+        let mut q = CodelQueue::new(100 << 20);
+        let drop_times = overloaded(&mut q, 4000);
         // Sojourn passes TARGET at t ≈ 5 ms; no drop before TARGET + INTERVAL.
         assert!(drop_times[0] >= 100, "first drop at {} ms", drop_times[0]);
         let first_half = drop_times.iter().filter(|&&t| t < 2000).count();
@@ -239,24 +245,13 @@ mod tests {
 
     #[test]
     fn while_the_paths_ramp_up_a_round_trip_of_queue_is_tolerated() {
-        // Arrivals at 2 packets/ms, service at 1 packet/ms, as above: the sojourn time
-        // grows by 0.5 ms per ms.
         let first_drop = |ramping: bool| {
             let mut q = CodelQueue::new(100 << 20);
             q.set_ramping(ramping);
-            for t in 0..2000u64 {
-                for _ in 0..2 {
-                    q.push(ms(t), Arc::from(vec![0u8; 1000]));
-                }
-                let before = q.drops().codel;
-                if q.head(ms(t)).is_some() {
-                    q.take();
-                }
-                if q.drops().codel > before {
-                    return t;
-                }
-            }
-            u64::MAX
+            overloaded(&mut q, 2000)
+                .first()
+                .copied()
+                .unwrap_or(u64::MAX)
         };
         // Normal: above 5 ms from t ≈ 10 ms, first drop one interval later.
         assert!(

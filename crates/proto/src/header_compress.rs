@@ -183,20 +183,22 @@ impl Compressor {
     }
 }
 
-/// Writes the changing fields of a packet `encode` found compressible into `out`; returns
-/// the bytes written (`dynamic_len`), or `None` if `out` is too small or the packet is not
-/// compressible.
-pub fn write_dynamic(packet: &[u8], out: &mut [u8]) -> Option<usize> {
-    let key = parse(packet)?;
-    let n = dynamic_len(key.timestamps);
+/// Writes the changing fields of a packet into `out`, for a packet `Compressor::encode`
+/// returned `Encoding::Compressed { header_len, .. }` for (the packet is not parsed again:
+/// `header_len` says whether it has timestamps). Returns the bytes written
+/// (`dynamic_len`), or `None` if `packet` is shorter than `header_len` or `out` too small.
+pub fn write_dynamic(packet: &[u8], header_len: usize, out: &mut [u8]) -> Option<usize> {
+    let timestamps = header_len == self::header_len(true);
+    let h = packet.get(..self::header_len(timestamps))?;
+    let n = dynamic_len(timestamps);
     let o = out.get_mut(..n)?;
-    let t = &packet[IP_LEN..];
-    o[0] = packet[1];
-    o[1..3].copy_from_slice(&packet[4..6]);
+    let t = &h[IP_LEN..];
+    o[0] = h[1];
+    o[1..3].copy_from_slice(&h[4..6]);
     o[3..11].copy_from_slice(&t[4..12]);
     o[11] = t[13];
     o[12..16].copy_from_slice(&t[14..18]);
-    if key.timestamps {
+    if timestamps {
         o[16..24].copy_from_slice(&t[24..32]);
     }
     Some(n)
@@ -347,7 +349,7 @@ mod tests {
             }
             Encoding::Compressed { ctx, header_len } => {
                 let mut body = vec![0; 64];
-                let n = write_dynamic(p, &mut body).unwrap();
+                let n = write_dynamic(p, header_len, &mut body).unwrap();
                 body.truncate(n);
                 body.extend_from_slice(&p[header_len..]);
                 assert_eq!(
@@ -416,7 +418,7 @@ mod tests {
             panic!("expected compression after SETTLE");
         };
         let mut body = vec![0; 24];
-        write_dynamic(&a, &mut body).unwrap();
+        write_dynamic(&a, header_len, &mut body).unwrap();
         body.extend_from_slice(&a[header_len..]);
         // Context 0 now belongs to flow b at the receiver (id reuse).
         d.define(0, &b);

@@ -168,35 +168,33 @@ impl RateControl {
 
     /// Advances rounds (call on every ACK).
     pub fn on_feedback(&mut self, now: Instant, p: PathNow) {
-        let round = p.min_rtt.max(MIN_ROUND);
-        if now.saturating_since(self.round_start) < round {
+        // Rounds only count in startup; probing is steered by the queue, not by rounds.
+        let Mode::Startup {
+            full_bw,
+            stalled_rounds,
+        } = self.mode
+        else {
+            return;
+        };
+        if now.saturating_since(self.round_start) < p.min_rtt.max(MIN_ROUND) {
             return;
         }
         self.round_start = now;
-        self.mode = match self.mode {
+        // A queue standing at the bottleneck means the link is full, whatever the estimate
+        // still does. (Leaving startup at the first such feedback was tried: queues from
+        // bursts ended startup below the link's rate and made simult-flows slower.)
+        self.mode = if p.bw >= full_bw * 1.25 && !standing_queue(p) {
+            Mode::Startup {
+                full_bw: p.bw,
+                stalled_rounds: 0,
+            }
+        } else if stalled_rounds + 1 >= 3 {
+            Mode::Probe
+        } else {
             Mode::Startup {
                 full_bw,
-                stalled_rounds,
-            } => {
-                // A queue standing at the bottleneck means the link is full, whatever
-                // the estimate still does. (Leaving startup at the first such feedback
-                // was tried: queues from bursts ended startup below the link's rate and
-                // made simult-flows slower.)
-                if p.bw >= full_bw * 1.25 && !standing_queue(p) {
-                    Mode::Startup {
-                        full_bw: p.bw,
-                        stalled_rounds: 0,
-                    }
-                } else if stalled_rounds + 1 >= 3 {
-                    Mode::Probe
-                } else {
-                    Mode::Startup {
-                        full_bw,
-                        stalled_rounds: stalled_rounds + 1,
-                    }
-                }
+                stalled_rounds: stalled_rounds + 1,
             }
-            Mode::Probe => Mode::Probe,
         };
     }
 

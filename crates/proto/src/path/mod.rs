@@ -190,10 +190,6 @@ pub struct Path {
     rate: DeliveryRate,
     control: RateControl,
     fwd: ForwardDelay,
-    /// Whether any feedback carried the peer's clock (else `fwd` is empty).
-    fwd_seen: bool,
-    /// Newest forward queueing-delay sample (what a loss is judged against).
-    latest_queue: Duration,
     pacer: Pacer,
     app_limited: bool,
     // Receiver side.
@@ -229,8 +225,6 @@ impl Path {
             rate: DeliveryRate::new(now),
             control: RateControl::new(now),
             fwd: ForwardDelay::default(),
-            fwd_seen: false,
-            latest_queue: Duration::ZERO,
             pacer: Pacer::new(now),
             app_limited: false,
             pair: PairMeter::new(u64::from(id.0) + 1),
@@ -322,19 +316,9 @@ impl Path {
             .rtt
             .smoothed()
             .saturating_sub(self.rtt.min())
-            .saturating_sub(self.fwd_queue());
+            .saturating_sub(self.fwd.smoothed());
         let bdp = bw * rtt.as_secs_f64();
         ((2.0 * bdp + bw * reverse_queue.as_secs_f64()) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
-    }
-
-    /// Smoothed forward queueing delay; RTT above its minimum until the peer's clock has
-    /// been seen (feedback without it, as in unit tests driving a path directly).
-    fn fwd_queue(&self) -> Duration {
-        if self.fwd_seen {
-            self.fwd.smoothed()
-        } else {
-            self.rtt.smoothed().saturating_sub(self.rtt.min())
-        }
     }
 
     fn now_view(&self) -> PathNow {
@@ -342,7 +326,7 @@ impl Path {
             bw: self.rate.bandwidth(),
             min_rtt: self.rtt.min(),
             srtt: self.rtt.smoothed(),
-            fwd_queue: self.fwd_queue(),
+            fwd_queue: self.fwd.smoothed(),
         }
     }
 
@@ -402,7 +386,7 @@ impl Path {
             ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
-            fwd_queue: self.fwd_queue(),
+            fwd_queue: self.fwd.smoothed(),
         }
     }
 
@@ -442,8 +426,8 @@ impl Path {
 
     /// Processes the peer's feedback about this path. `peer_receive_us` is when the peer
     /// received the acknowledged datagram, in its clock (the carrying datagram's
-    /// `send_time_us` minus the ACK's delay); `None` if unknown.
-    pub fn on_ack(&mut self, now: Instant, ack: &AckFrame, peer_receive_us: Option<u32>) {
+    /// `send_time_us` minus the ACK's delay).
+    pub fn on_ack(&mut self, now: Instant, ack: &AckFrame, peer_receive_us: u32) {
         let newer = self
             .largest_acked
             .is_none_or(|l| ack.largest.wrapping_sub(l) as i32 > 0);
@@ -462,25 +446,18 @@ impl Path {
             };
             self.rtt.on_sample(corrected);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
-            self.latest_queue = match peer_receive_us {
-                Some(p) => {
-                    self.fwd_seen = true;
-                    self.fwd.on_sample(now, r.time, p)
-                }
-                None => corrected.saturating_sub(self.rtt.min()),
-            };
-            let view = self.now_view();
-            if let Verdict::Decrease(bw) = self.control.on_queue_sample(self.latest_queue, view) {
+            let queue = self.fwd.on_sample(now, r.time, peer_receive_us);
+            if let Verdict::Decrease(bw) = self.control.on_queue_sample(queue, self.now_view()) {
                 self.rate.reset_to(now, bw);
             }
         }
         if self.update_loss(ack) {
-            self.control.on_loss(self.latest_queue);
+            self.control.on_loss(self.fwd.queue());
         }
         self.rate.on_ack(
             now,
             ack.recv_bytes,
-            peer_receive_us,
+            Some(peer_receive_us),
             rec.map(|r| (r.rate, r.time)),
         );
         self.control.on_feedback(now, self.now_view());

@@ -36,7 +36,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
         }
         acks.retain(|(t, a, peer_us)| {
             if *t <= now {
-                tx.on_ack(*t, a, Some(*peer_us));
+                tx.on_ack(*t, a, *peer_us);
                 false
             } else {
                 true
@@ -119,7 +119,7 @@ fn stale_or_bogus_acks_are_ignored() {
         recv_count: 1,
         recv_bytes: 100,
     };
-    p.on_ack(at(5), &bogus, None);
+    p.on_ack(at(5), &bogus, 0);
     assert_eq!(
         p.state(),
         PathState::Down,

@@ -2,6 +2,9 @@
 //! DATA, DATA_DEFINE, or restored from a compressed TCP frame): de-duplication, policy
 //! learning, the reorder buffer, and skipping holes known lost.
 //!
+//! The payload comes borrowed (from the datagram) or owned (restored from a compressed
+//! frame): it is copied only if borrowed and only once it passed de-duplication.
+//!
 //! Invariant: a packet is counted and handed to the reorder buffer at most once per
 //! `data_seq` (redundant copies and replays stop at the de-duplication window).
 
@@ -10,6 +13,7 @@ use crate::path::{PathId, PathState};
 use crate::policy::{parse_flow, Policy};
 use crate::wire::DataFlags;
 use crate::Instant;
+use std::borrow::Cow;
 
 impl Session {
     pub(super) fn accept_data(
@@ -19,14 +23,14 @@ impl Session {
         path_id: PathId,
         data_seq: u64,
         flags: DataFlags,
-        payload: &[u8],
+        payload: Cow<'_, [u8]>,
     ) {
         if !self.dedupe.check_and_set(data_seq) {
             self.counters.rx_duplicates += 1;
             return;
         }
         // Only the server schedules return traffic by the peer's policy.
-        if let Some((key, _)) = create_paths.then(|| parse_flow(payload)).flatten() {
+        if let Some((key, _)) = create_paths.then(|| parse_flow(&payload)).flatten() {
             self.flows
                 .learn(now, key, Policy::from_code(flags.policy_code()));
         }
@@ -35,7 +39,7 @@ impl Session {
         self.reorder.insert(
             now,
             data_seq,
-            payload.to_vec(),
+            payload.into_owned(),
             flags.ordered(),
             &mut self.deliver,
         );

@@ -36,6 +36,7 @@ use crate::sched::{BestPath, EarliestArrival, Redundant, Scheduler, Weighted};
 use crate::wire::{Frame, FrameReader, InnerHeader, OuterPacket};
 use crate::Instant;
 use core::time::Duration;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use transmit::Job;
@@ -356,19 +357,38 @@ impl Session {
             match frame {
                 Ok(Frame::Data(d)) => {
                     eliciting = true;
-                    self.accept_data(now, create_paths, path_id, d.data_seq, d.flags, d.payload);
+                    self.accept_data(
+                        now,
+                        create_paths,
+                        path_id,
+                        d.data_seq,
+                        d.flags,
+                        Cow::Borrowed(d.payload),
+                    );
                 }
                 Ok(Frame::DataDefine(ctx, d)) => {
                     eliciting = true;
                     self.decompressor.define(ctx, d.payload);
-                    self.accept_data(now, create_paths, path_id, d.data_seq, d.flags, d.payload);
+                    self.accept_data(
+                        now,
+                        create_paths,
+                        path_id,
+                        d.data_seq,
+                        d.flags,
+                        Cow::Borrowed(d.payload),
+                    );
                 }
                 Ok(Frame::DataCompressed(c)) => {
                     eliciting = true;
                     match self.decompressor.decompress(c.ctx, c.body) {
-                        Ok(p) => {
-                            self.accept_data(now, create_paths, path_id, c.data_seq, c.flags, &p)
-                        }
+                        Ok(p) => self.accept_data(
+                            now,
+                            create_paths,
+                            path_id,
+                            c.data_seq,
+                            c.flags,
+                            Cow::Owned(p),
+                        ),
                         Err(_) => self.counters.rx_decompress_errors += 1,
                     }
                 }
@@ -378,7 +398,7 @@ impl Session {
                         // The peer received the acknowledged datagram ack_delay before
                         // it sealed this one: its clock, for one-way delay and rates.
                         let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
-                        s.path.on_ack(now, &a, Some(peer_receive));
+                        s.path.on_ack(now, &a, peer_receive);
                         if s.path.state() != before {
                             let st = s.path.state();
                             self.events.push_back(Event::PathState(PathId(a.path), st));

@@ -371,7 +371,7 @@ impl<'a> FrameWriter<'a> {
             .buf
             .get_mut(self.len..)
             .ok_or(WireError::BufferTooSmall)?;
-        match crate::header_compress::write_dynamic(packet, rest) {
+        match crate::header_compress::write_dynamic(packet, header_len, rest) {
             Some(n) => self.len += n,
             None => {
                 self.len = start;
