@@ -201,3 +201,41 @@ fn race_targets() {
     assert!(classified > RUNS / 2, "only {classified} classified");
     assert!(queued > RUNS, "only {queued} queued packets parsed");
 }
+
+/// Every input a fuzzer once crashed on, kept in `fuzz/regressions/<target>/` and replayed
+/// on stable so a fixed crash stays fixed even where nightly is unavailable.
+#[test]
+fn regressions_replay() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
+    let targets: [(&str, fn(&[u8])); 7] = [
+        ("config", crate::config),
+        ("frames", crate::frames),
+        ("handshake", crate::handshake),
+        ("nfqueue", |b| {
+            crate::nfqueue(b);
+        }),
+        ("outer_header", crate::outer_header),
+        ("race_packet", |b| {
+            crate::race_packet(b);
+        }),
+        ("session_data", |b| {
+            crate::session_data(b);
+        }),
+    ];
+    let mut replayed = 0;
+    for (name, body) in targets {
+        let Ok(entries) = std::fs::read_dir(dir.join(name)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("regressions dir readable").path();
+            body(&std::fs::read(&path).expect("regression input readable"));
+            replayed += 1;
+        }
+    }
+    assert!(
+        replayed >= 1,
+        "no regression inputs found under {}",
+        dir.display()
+    );
+}

@@ -216,7 +216,11 @@ pub fn parse(buf: &[u8], out: &mut Vec<Packet>, on_ack: &mut dyn FnMut(u32, i32)
             // struct nlmsgerr: int error; struct nlmsghdr msg (the request; seq at +8).
             if let (Some(e), Some(s)) = (body.get(0..4), body.get(12..16)) {
                 let errno = i32::from_ne_bytes(e.try_into().unwrap_or_default());
-                on_ack(u32::from_ne_bytes(s.try_into().unwrap_or_default()), -errno);
+                // wrapping: i32::MIN from a hostile peer must not panic.
+                on_ack(
+                    u32::from_ne_bytes(s.try_into().unwrap_or_default()),
+                    errno.wrapping_neg(),
+                );
             }
         } else if msg.message_type() == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET {
             if let Some(p) = body.get(4..).and_then(packet) {
@@ -337,5 +341,18 @@ mod tests {
         let mut got = None;
         parse(&m, &mut Vec::new(), &mut |s, e| got = Some((s, e)));
         assert_eq!(got, Some((9, 16)));
+    }
+
+    #[test]
+    fn errno_of_int_min_does_not_overflow() {
+        // Found by the nfqueue fuzz target: error = i32::MIN used to panic on negation.
+        let mut m = vec![0u8; 16];
+        m[0..4].copy_from_slice(&36u32.to_ne_bytes());
+        m[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        m.extend(i32::MIN.to_ne_bytes());
+        m.extend([0u8; 16]);
+        let mut got = None;
+        parse(&m, &mut Vec::new(), &mut |s, e| got = Some((s, e)));
+        assert_eq!(got, Some((0, i32::MIN)));
     }
 }
