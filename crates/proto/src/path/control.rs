@@ -63,6 +63,13 @@ pub fn standing_queue(p: PathNow) -> bool {
     p.fwd_queue > queue_target(p)
 }
 
+/// Whether a queue is building at the bottleneck (a quarter of the target): the link,
+/// not the sender, limits what the path delivers, so its rate samples show the link's
+/// capacity even when the session had nothing more to send (see `Path::on_sent`).
+pub fn queue_building(p: PathNow) -> bool {
+    p.fwd_queue >= queue_target(p) / 4
+}
+
 /// Shortest round (keeps the cycle meaningful on sub-millisecond paths).
 const MIN_ROUND: Duration = Duration::from_millis(5);
 

@@ -184,6 +184,7 @@ pub struct Path {
     acked_cum_bytes: u64,
     first_unacked_time: Option<Instant>,
     last_sent_time: Option<Instant>,
+    last_data_sent: Option<Instant>,
     last_feedback: Option<(u32, u64)>,
     loss: f64,
     rtt: RttEstimator,
@@ -219,6 +220,7 @@ impl Path {
             acked_cum_bytes: 0,
             first_unacked_time: None,
             last_sent_time: None,
+            last_data_sent: None,
             last_feedback: None,
             loss: 0.0,
             rtt: RttEstimator::new(Duration::from_millis(100)),
@@ -400,9 +402,35 @@ impl Path {
         self.next_seq = self.next_seq.wrapping_add(1);
         self.cum_sent_bytes += bytes as u64;
         let idle = self.first_unacked_time.is_none();
-        // A lone keepalive's delivery rate is its own tiny rate: never a capacity sample.
-        let rate = self.rate.snapshot(now, idle, self.app_limited || !data);
         let pacing = self.pacing_rate();
+        if data && idle {
+            // Idle for longer than the pacer kept it (twice this datagram's pacing
+            // interval, at least the rate sampler's floor): the application had nothing
+            // to send, so restart the delivery clock. A path paced below one datagram per
+            // round trip is "idle" before every datagram, and is not restarted.
+            let paced = Duration::from_secs_f64(2.0 * bytes as f64 / pacing.max(1.0));
+            let gap = self.last_data_sent.map(|t| now.saturating_since(t));
+            if gap.is_none_or(|g| g > paced.max(rate::MIN_PEER_INTERVAL)) {
+                self.rate.restart(now);
+            }
+        }
+        if data {
+            self.last_data_sent = Some(now);
+        }
+        // A keepalive proves no rate at all (its sample is its own tiny rate; taken as a
+        // first estimate it held a path at 64 kbit/s while the pacing cap let it grow
+        // only 2x per round trip). A datagram sent from idle is application-limited: its
+        // sample spans the idle time. The session's "nothing to send" is not, while a
+        // queue builds at the bottleneck: the path then carries all its link gives, and
+        // its samples must be able to replace an estimate that is too high (else one
+        // burst read at 500 Mbit/s on a 100 Mbit/s link held for seconds, as every
+        // later sample was lower and application-limited, and the scheduler starved
+        // the other link).
+        let app_limited =
+            (self.app_limited && !control::queue_building(self.now_view())) || !data || idle;
+        let rate = self
+            .rate
+            .snapshot(app_limited, if data { pacing } else { 0.0 });
         self.pacer.on_sent(now, pacing, bytes, data);
         self.sent.insert(SentRecord {
             seq,

@@ -65,6 +65,15 @@ impl WindowedMaxRate {
     }
 }
 
+/// Shortest receive interval (peer clock) a rate sample may span.
+pub(super) const MIN_PEER_INTERVAL: Duration = Duration::from_millis(1);
+
+/// `p − p0` of two peer timestamps (µs, low 32 bits) in serial arithmetic; negative
+/// (feedback out of order) gives 0.
+fn serial_us(p: u32, p0: u32) -> Duration {
+    Duration::from_micros((p.wrapping_sub(p0) as i32).max(0) as u64)
+}
+
 /// What a sent datagram remembers for rate sampling.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RateSnapshot {
@@ -79,15 +88,35 @@ pub struct RateSnapshot {
     /// When the peer received that datagram, in the peer's clock (µs, low 32 bits);
     /// `None` after an idle restart (the delivery clock restarted in our time).
     pub delivered_peer_us: Option<u32>,
+    /// The pacing rate the datagram left at (bytes/s, infinite if unpaced): no sample
+    /// taken on it may exceed it. 0 for a datagram that proves no rate (a keepalive).
+    pub pacing: f32,
+}
+
+/// Where rate samples start: the delivery state at some earlier feedback.
+#[derive(Debug, Clone, Copy)]
+struct Reference {
+    delivered: u64,
+    time: Instant,
+    sent: Instant,
+    peer_us: Option<u32>,
 }
 
 /// Per-path delivery-rate state.
+///
+/// The reference advances at most once per `MIN_PEER_INTERVAL` of the peer's clock, so a
+/// datagram sent a little after an advance still gets a sample spanning at least that:
+/// with per-datagram feedback on a sub-millisecond path, a reference that followed every
+/// ACK gave samples of one datagram's spacing, all under the floor and skipped, and a
+/// path paced below its link never learnt its rate (a 100 Mbit/s link held at 0.2
+/// Mbit/s for 7 s). The reference restarts in our clock (`restart`) only after idle time
+/// the pacing does not explain: on such a path every datagram leaves with nothing in
+/// flight, and restarting at each made every sample one round trip long, all skipped.
 #[derive(Debug, Clone)]
 pub struct DeliveryRate {
     delivered: u64,
-    delivered_time: Instant,
-    delivered_sent: Instant,
-    delivered_peer_us: Option<u32>,
+    newest_acked_sent: Instant,
+    reference: Reference,
     max: WindowedMaxRate,
     latest: f64,
     valid: bool,
@@ -98,29 +127,40 @@ impl DeliveryRate {
     pub fn new(now: Instant) -> Self {
         DeliveryRate {
             delivered: 0,
-            delivered_time: now,
-            delivered_sent: now,
-            delivered_peer_us: None,
+            newest_acked_sent: now,
+            reference: Reference {
+                delivered: 0,
+                time: now,
+                sent: now,
+                peer_us: None,
+            },
             max: WindowedMaxRate::new(Duration::from_secs(2)),
             latest: 0.0,
             valid: false,
         }
     }
 
-    /// Snapshot to store with a datagram being sent now. When nothing is in flight the
-    /// delivery clock restarts now, so idle time is not counted as slow delivery.
-    pub fn snapshot(&mut self, now: Instant, idle: bool, app_limited: bool) -> RateSnapshot {
-        if idle {
-            self.delivered_time = now;
-            self.delivered_sent = now;
-            self.delivered_peer_us = None;
-        }
-        RateSnapshot {
+    /// Restarts the delivery clock at `now`, in our time: the path sat idle longer than
+    /// its pacing explains, and that idle time must not dilute the next samples.
+    pub fn restart(&mut self, now: Instant) {
+        self.reference = Reference {
             delivered: self.delivered,
-            delivered_time: self.delivered_time,
+            time: now,
+            sent: now,
+            peer_us: None,
+        };
+    }
+
+    /// Snapshot to store with a datagram being sent now at `pacing` bytes/s.
+    pub fn snapshot(&self, app_limited: bool, pacing: f64) -> RateSnapshot {
+        let r = self.reference;
+        RateSnapshot {
+            delivered: r.delivered,
+            delivered_time: r.time,
             app_limited,
-            delivered_sent: self.delivered_sent,
-            delivered_peer_us: self.delivered_peer_us,
+            delivered_sent: r.sent,
+            delivered_peer_us: r.peer_us,
+            pacing: pacing as f32,
         }
     }
 
@@ -152,23 +192,25 @@ impl DeliveryRate {
             return;
         }
         self.delivered = recv_bytes;
-        self.delivered_time = now;
-        self.delivered_peer_us = peer_us;
         if let Some((_, sent)) = acked {
-            self.delivered_sent = self.delivered_sent.max(sent);
+            self.newest_acked_sent = self.newest_acked_sent.max(sent);
         }
         if let Some((s, sent)) = acked {
             let receive_interval = match (peer_us, s.delivered_peer_us) {
-                // Serial arithmetic: a negative difference (feedback out of order) gives 0.
-                (Some(p), Some(p0)) => {
-                    Duration::from_micros((p.wrapping_sub(p0) as i32).max(0) as u64)
-                }
+                (Some(p), Some(p0)) => serial_us(p, p0),
                 _ => now.saturating_since(s.delivered_time),
             };
             let elapsed = receive_interval.max(sent.saturating_since(s.delivered_sent));
-            // Below 1 ms the sample is dominated by ack batching; skip it.
-            if elapsed >= Duration::from_millis(1) {
-                let rate = (recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64();
+            // Below 1 ms the sample is dominated by how the peer batches its reads and
+            // its feedback: skip it (the lagging reference makes later ones longer).
+            if elapsed >= MIN_PEER_INTERVAL {
+                // No faster than the datagram was sent: a burst (the pacer's allowance,
+                // a packet pair) that a token-bucket link passes at line rate would
+                // otherwise read as a link several times faster than it is, and the
+                // scheduler would pile everything on it. Growth is unhurt: the pacing
+                // rate is the estimate times a gain above 1.
+                let rate = ((recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64())
+                    .min(f64::from(s.pacing));
                 self.latest = rate;
                 // An application-limited sample only counts if it raises the estimate
                 // (BBR's rule): a path that was not given enough to do keeps its estimate.
@@ -177,6 +219,18 @@ impl DeliveryRate {
                 }
                 self.valid |= !s.app_limited;
             }
+        }
+        let advance = match (peer_us, self.reference.peer_us) {
+            (Some(p), Some(p0)) => serial_us(p, p0) >= MIN_PEER_INTERVAL,
+            _ => true,
+        };
+        if advance {
+            self.reference = Reference {
+                delivered: recv_bytes,
+                time: now,
+                sent: self.newest_acked_sent,
+                peer_us,
+            };
         }
     }
 
@@ -219,7 +273,7 @@ mod tests {
         let mut snaps = std::collections::VecDeque::new();
         for i in 0..200u64 {
             let now = Instant::from_micros(i * 10_000);
-            snaps.push_back(d.snapshot(now, i == 0, false));
+            snaps.push_back(d.snapshot(false, f64::INFINITY));
             let acked = if snaps.len() > 2 {
                 snaps.pop_front()
             } else {
@@ -235,9 +289,9 @@ mod tests {
     fn bunched_feedback_is_timed_by_the_peer_clock() {
         let ms = |m: u64| Instant::from_micros(m * 1000);
         let mut d = DeliveryRate::new(Instant::ZERO);
-        let first = d.snapshot(ms(0), true, false);
+        let first = d.snapshot(false, f64::INFINITY);
         d.on_ack(ms(100), 100_000, Some(50_000), Some((first, ms(99))));
-        let snap = d.snapshot(ms(100), false, false);
+        let snap = d.snapshot(false, f64::INFINITY);
         // 10 kB more arrived at the peer over 10 ms of its clock; the feedback reached us
         // 1 ms after the previous one (it queued behind the peer's data), and the data
         // had left 1 ms apart (sent at a probing gain): the peer's clock tells the truth.
@@ -245,9 +299,9 @@ mod tests {
         assert!((d.latest() - 1e6).abs() < 1.0, "{}", d.latest());
         // Without the peer's time the same feedback reads ten times too fast.
         let mut old = DeliveryRate::new(Instant::ZERO);
-        let first = old.snapshot(ms(0), true, false);
+        let first = old.snapshot(false, f64::INFINITY);
         old.on_ack(ms(100), 100_000, None, Some((first, ms(99))));
-        let snap = old.snapshot(ms(100), false, false);
+        let snap = old.snapshot(false, f64::INFINITY);
         old.on_ack(ms(101), 110_000, None, Some((snap, ms(100))));
         assert!(old.latest() > 9e6, "{}", old.latest());
     }
