@@ -46,6 +46,9 @@ const JITTER_SAMPLES: u32 = 3;
 const DECREASE: f64 = 0.8;
 /// Lowest pacing rate (bytes/s): 64 kbit/s.
 const MIN_RATE: f64 = 8_000.0;
+/// A path whose estimate is below the pairs' capacity by this factor catches up even
+/// while a queue stands.
+const STARVED: f64 = 4.0;
 /// Gain of a cruising round that finds a standing queue.
 const CRUISE_DRAIN: f64 = 0.9;
 
@@ -61,13 +64,6 @@ fn queue_target(p: PathNow) -> Duration {
 /// delivers now is its capacity (`Path` then shortens the bandwidth filter's memory).
 pub fn standing_queue(p: PathNow) -> bool {
     p.fwd_queue > queue_target(p)
-}
-
-/// Whether a queue is building at the bottleneck (a quarter of the target): the link,
-/// not the sender, limits what the path delivers, so its rate samples show the link's
-/// capacity even when the session had nothing more to send (see `Path::on_sent`).
-pub fn queue_building(p: PathNow) -> bool {
-    p.fwd_queue >= queue_target(p) / 4
 }
 
 /// Shortest round (keeps the cycle meaningful on sub-millisecond paths).
@@ -217,6 +213,11 @@ impl RateControl {
         match self.capacity {
             // The pairs see room the delivery rate has not found yet: catch up fast.
             Some(c) if c > bw * 1.5 && base >= 1.0 => HIGH_GAIN,
+            // So far below the pairs' capacity, a queue cannot be of our making (the
+            // reading also carries the peer's processing delay and other flows): with
+            // samples capped at the pacing rate, draining here would hold the estimate
+            // where it is for good (a 10 Mbit/s path held at 0.1 Mbit/s for 11 s).
+            Some(c) if c > bw * STARVED => HIGH_GAIN,
             _ => base,
         }
     }
@@ -228,7 +229,19 @@ impl RateControl {
         } else {
             initial_window as f64 / p.srtt.as_secs_f64().max(1e-3)
         };
-        (bw * self.gain(p, bw)).max(MIN_RATE)
+        let rate = bw * self.gain(p, bw);
+        // Far below what the packet pairs measure and with no queue standing, pace at half
+        // the capacity: a path that was given little has a small estimate only because
+        // it was given little, and the earliest-arrival scheduler feeds a path no faster
+        // than its pacer allows, so doubling from a trickle's rate took seconds (a 10
+        // Mbit/s path held at 0.1 Mbit/s for 11 s in simult-flows). Half the capacity
+        // cannot build a queue by itself; its samples show the real rate within a round
+        // trip, and a queue stops it.
+        let floor = match self.capacity {
+            Some(c) if c > bw * STARVED && !standing_queue(p) => c / 2.0,
+            _ => 0.0,
+        };
+        rate.max(floor).max(MIN_RATE)
     }
 
     /// A loss was detected; `latest_queue` is the newest forward queueing-delay sample.
@@ -370,14 +383,27 @@ mod tests {
             ..path(1e6)
         };
         assert_eq!(c.pacing_rate(holding, 0), 1e6);
-        c.on_capacity(5e6);
+        c.on_capacity(3e6);
         assert_eq!(c.pacing_rate(holding, 0), 2e6);
-        // Not while draining.
+        // Not while draining...
         let draining = PathNow {
             fwd_queue: Duration::from_millis(12),
             ..holding
         };
         assert_eq!(c.pacing_rate(draining, 0), 0.9e6);
+        // ...unless the estimate is so far below the capacity that the queue cannot be
+        // ours.
+        let starved = PathNow {
+            bw: 1e5,
+            ..draining
+        };
+        assert_eq!(c.pacing_rate(starved, 0), 2e5);
+        // Starved with no queue standing: half the capacity at once.
+        let starved_idle = PathNow {
+            fwd_queue: Duration::ZERO,
+            ..starved
+        };
+        assert_eq!(c.pacing_rate(starved_idle, 0), 1.5e6);
     }
 
     fn verdict_after(c: &mut RateControl, at_loss_ms: u64, after_ms: [u64; 3]) -> Verdict {

@@ -420,17 +420,19 @@ impl Path {
         // A keepalive proves no rate at all (its sample is its own tiny rate; taken as a
         // first estimate it held a path at 64 kbit/s while the pacing cap let it grow
         // only 2x per round trip). A datagram sent from idle is application-limited: its
-        // sample spans the idle time. The session's "nothing to send" is not, while a
-        // queue builds at the bottleneck: the path then carries all its link gives, and
-        // its samples must be able to replace an estimate that is too high (else one
-        // burst read at 500 Mbit/s on a 100 Mbit/s link held for seconds, as every
-        // later sample was lower and application-limited, and the scheduler starved
-        // the other link).
-        let app_limited =
-            (self.app_limited && !control::queue_building(self.now_view())) || !data || idle;
+        // sample spans the idle time. (Treating a path as busy, whatever the session had
+        // to send, while a queue built at its bottleneck was tried: the queue reading
+        // includes the peer's processing delay, and stale readings let low start-up
+        // samples replace good estimates; simult-flows 1/25 ms went from 8.8 to 13 s.)
+        let app_limited = self.app_limited || !data || idle;
+        // No sample may exceed what the datagram could prove: the rate it was paced at,
+        // or the bottleneck capacity the peer's packet pairs measure (a burst the
+        // scheduler put on a little-used path arrives at the link's rate, and that is
+        // how such a path learns its rate fast).
+        let cap = pacing.max(self.control.capacity().unwrap_or(0.0));
         let rate = self
             .rate
-            .snapshot(app_limited, if data { pacing } else { 0.0 });
+            .snapshot(app_limited, if data { cap } else { 0.0 });
         self.pacer.on_sent(now, pacing, bytes, data);
         self.sent.insert(SentRecord {
             seq,

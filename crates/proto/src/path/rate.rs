@@ -88,9 +88,10 @@ pub struct RateSnapshot {
     /// When the peer received that datagram, in the peer's clock (µs, low 32 bits);
     /// `None` after an idle restart (the delivery clock restarted in our time).
     pub delivered_peer_us: Option<u32>,
-    /// The pacing rate the datagram left at (bytes/s, infinite if unpaced): no sample
-    /// taken on it may exceed it. 0 for a datagram that proves no rate (a keepalive).
-    pub pacing: f32,
+    /// The highest rate a sample taken on this datagram may show (bytes/s): the pacing
+    /// rate it left at, or the path's packet-pair capacity if higher; infinite if
+    /// unbounded, 0 for a datagram that proves no rate (a keepalive).
+    pub cap: f32,
 }
 
 /// Where rate samples start: the delivery state at some earlier feedback.
@@ -151,8 +152,9 @@ impl DeliveryRate {
         };
     }
 
-    /// Snapshot to store with a datagram being sent now at `pacing` bytes/s.
-    pub fn snapshot(&self, app_limited: bool, pacing: f64) -> RateSnapshot {
+    /// Snapshot to store with a datagram being sent now; its samples are capped at `cap`
+    /// bytes/s.
+    pub fn snapshot(&self, app_limited: bool, cap: f64) -> RateSnapshot {
         let r = self.reference;
         RateSnapshot {
             delivered: r.delivered,
@@ -160,7 +162,7 @@ impl DeliveryRate {
             app_limited,
             delivered_sent: r.sent,
             delivered_peer_us: r.peer_us,
-            pacing: pacing as f32,
+            cap: cap as f32,
         }
     }
 
@@ -204,13 +206,12 @@ impl DeliveryRate {
             // Below 1 ms the sample is dominated by how the peer batches its reads and
             // its feedback: skip it (the lagging reference makes later ones longer).
             if elapsed >= MIN_PEER_INTERVAL {
-                // No faster than the datagram was sent: a burst (the pacer's allowance,
-                // a packet pair) that a token-bucket link passes at line rate would
-                // otherwise read as a link several times faster than it is, and the
-                // scheduler would pile everything on it. Growth is unhurt: the pacing
-                // rate is the estimate times a gain above 1.
+                // No faster than the datagram could prove (its pacing rate, or the
+                // pairs' capacity): a burst that a token-bucket link passes at line rate
+                // would otherwise read as a link several times faster than it is, and
+                // the scheduler would pile everything on it.
                 let rate = ((recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64())
-                    .min(f64::from(s.pacing));
+                    .min(f64::from(s.cap));
                 self.latest = rate;
                 // An application-limited sample only counts if it raises the estimate
                 // (BBR's rule): a path that was not given enough to do keeps its estimate.
