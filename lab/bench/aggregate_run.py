@@ -242,4 +242,31 @@ def measure(
     out["link_share_up"] = {n: b / total for n, b in ups.items()} if total else None
     if system == "multihome":
         out["reorder"] = reorder_delta(ro0, reorder_snapshot(topo))
+        out["client_links"] = client_links(topo)
     return out
+
+
+# What the client's rate control believed of each link at the end of a run: a run far off
+# its usual figure can then be told apart (a link starved by its estimate, a stale queue).
+LINK_FIELDS = (
+    "name",
+    "state",
+    "srtt_ms",
+    "min_rtt_ms",
+    "fwd_queue_ms",
+    "delivery_rate_bps",
+    "pacing_rate_bps",
+    "pair_capacity_bps",
+    "rate_mode",
+    "tx_bytes",
+)
+
+
+def client_links(topo: Topology) -> list[dict] | None:
+    try:
+        sess = topo.session("client")
+    except LabError:
+        return None
+    if sess is None:
+        return None
+    return [{k: lk.get(k) for k in LINK_FIELDS} for lk in sess.get("links", [])]
