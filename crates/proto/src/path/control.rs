@@ -214,12 +214,16 @@ impl RateControl {
             // The pairs see room the delivery rate has not found yet: catch up fast.
             Some(c) if c > bw * 1.5 && base >= 1.0 => HIGH_GAIN,
             // So far below the pairs' capacity, a queue cannot be of our making (the
-            // reading also carries the peer's processing delay and other flows): with
-            // samples capped at the pacing rate, draining here would hold the estimate
-            // where it is for good (a 10 Mbit/s path held at 0.1 Mbit/s for 11 s).
-            Some(c) if c > bw * STARVED => HIGH_GAIN,
+            // reading also carries the peer's processing delay and other flows):
+            // draining here held a 10 Mbit/s path at 0.1 Mbit/s for 11 s.
+            _ if self.starved(bw).is_some() => HIGH_GAIN,
             _ => base,
         }
+    }
+
+    /// The pairs' capacity, if the estimate `bw` is below it by `STARVED` or more.
+    fn starved(&self, bw: f64) -> Option<f64> {
+        self.capacity.filter(|&c| c > bw * STARVED)
     }
 
     /// Pacing rate in bytes/s. Before any estimate: the initial window per smoothed RTT.
@@ -237,8 +241,8 @@ impl RateControl {
         // Mbit/s path held at 0.1 Mbit/s for 11 s in simult-flows). Half the capacity
         // cannot build a queue by itself; its samples show the real rate within a round
         // trip, and a queue stops it.
-        let floor = match self.capacity {
-            Some(c) if c > bw * STARVED && !standing_queue(p) => c / 2.0,
+        let floor = match self.starved(bw) {
+            Some(c) if !standing_queue(p) => c / 2.0,
             _ => 0.0,
         };
         rate.max(floor).max(MIN_RATE)

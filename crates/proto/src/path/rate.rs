@@ -77,17 +77,10 @@ fn serial_us(p: u32, p0: u32) -> Duration {
 /// What a sent datagram remembers for rate sampling.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RateSnapshot {
-    /// Bytes the peer had reported delivered when this datagram was sent.
-    pub delivered: u64,
-    /// When that report arrived.
-    pub delivered_time: Instant,
+    /// Where its sample starts: the delivery reference when it was sent.
+    pub from: Reference,
     /// Sent while the path had room but nothing to send: its sample may understate.
     pub app_limited: bool,
-    /// Send time of the newest datagram covered by feedback at that moment.
-    pub delivered_sent: Instant,
-    /// When the peer received that datagram, in the peer's clock (µs, low 32 bits);
-    /// `None` after an idle restart (the delivery clock restarted in our time).
-    pub delivered_peer_us: Option<u32>,
     /// The highest rate a sample taken on this datagram may show (bytes/s): the pacing
     /// rate it left at, or the path's packet-pair capacity if higher; infinite if
     /// unbounded, 0 for a datagram that proves no rate (a keepalive).
@@ -95,11 +88,16 @@ pub struct RateSnapshot {
 }
 
 /// Where rate samples start: the delivery state at some earlier feedback.
-#[derive(Debug, Clone, Copy)]
-struct Reference {
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reference {
+    /// Bytes the peer had reported delivered.
     delivered: u64,
+    /// When that report arrived (or, after a restart, when the clock restarted).
     time: Instant,
+    /// Send time of the newest datagram covered by that report.
     sent: Instant,
+    /// When the peer received that datagram, in its clock (µs, low 32 bits); `None`
+    /// after a restart (the delivery clock then runs in our time).
     peer_us: Option<u32>,
 }
 
@@ -155,13 +153,9 @@ impl DeliveryRate {
     /// Snapshot to store with a datagram being sent now; its samples are capped at `cap`
     /// bytes/s.
     pub fn snapshot(&self, app_limited: bool, cap: f64) -> RateSnapshot {
-        let r = self.reference;
         RateSnapshot {
-            delivered: r.delivered,
-            delivered_time: r.time,
+            from: self.reference,
             app_limited,
-            delivered_sent: r.sent,
-            delivered_peer_us: r.peer_us,
             cap: cap as f32,
         }
     }
@@ -194,15 +188,14 @@ impl DeliveryRate {
             return;
         }
         self.delivered = recv_bytes;
-        if let Some((_, sent)) = acked {
-            self.newest_acked_sent = self.newest_acked_sent.max(sent);
-        }
         if let Some((s, sent)) = acked {
-            let receive_interval = match (peer_us, s.delivered_peer_us) {
+            self.newest_acked_sent = self.newest_acked_sent.max(sent);
+            let from = s.from;
+            let receive_interval = match (peer_us, from.peer_us) {
                 (Some(p), Some(p0)) => serial_us(p, p0),
-                _ => now.saturating_since(s.delivered_time),
+                _ => now.saturating_since(from.time),
             };
-            let elapsed = receive_interval.max(sent.saturating_since(s.delivered_sent));
+            let elapsed = receive_interval.max(sent.saturating_since(from.sent));
             // Below 1 ms the sample is dominated by how the peer batches its reads and
             // its feedback: skip it (the lagging reference makes later ones longer).
             if elapsed >= MIN_PEER_INTERVAL {
@@ -210,7 +203,7 @@ impl DeliveryRate {
                 // pairs' capacity): a burst that a token-bucket link passes at line rate
                 // would otherwise read as a link several times faster than it is, and
                 // the scheduler would pile everything on it.
-                let rate = ((recv_bytes - s.delivered) as f64 / elapsed.as_secs_f64())
+                let rate = ((recv_bytes - from.delivered) as f64 / elapsed.as_secs_f64())
                     .min(f64::from(s.cap));
                 self.latest = rate;
                 // An application-limited sample only counts if it raises the estimate

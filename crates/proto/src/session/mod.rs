@@ -355,20 +355,12 @@ impl Session {
         let mut acked = false;
         for frame in FrameReader::new(frames) {
             match frame {
-                Ok(Frame::Data(d)) => {
+                Ok(Frame::Data(d) | Frame::DataDefine(_, d)) => {
                     eliciting = true;
-                    self.accept_data(
-                        now,
-                        create_paths,
-                        path_id,
-                        d.data_seq,
-                        d.flags,
-                        Cow::Borrowed(d.payload),
-                    );
-                }
-                Ok(Frame::DataDefine(ctx, d)) => {
-                    eliciting = true;
-                    self.decompressor.define(ctx, d.payload);
+                    // A defining packet travels whole and also sets its context up.
+                    if let Ok(Frame::DataDefine(ctx, _)) = frame {
+                        self.decompressor.define(ctx, d.payload);
+                    }
                     self.accept_data(
                         now,
                         create_paths,
