@@ -3,7 +3,8 @@
 
 use crate::records;
 use proto::crypto::{
-    Initiator, OpenKey, Responder, SealKey, SessionId, StaticSecret, TransportKeys, TAG_LEN,
+    CipherSet, DataCipher, Initiator, OpenKey, Responder, SealKey, SessionId, StaticSecret,
+    TransportKeys, TAG_LEN,
 };
 use proto::endpoint::{PeerConfig, Server, ServerConfig};
 use proto::policy::Policy;
@@ -30,7 +31,7 @@ fn stranger_init() -> &'static [u8] {
         let mut m = vec![0u8; HANDSHAKE_INIT_LEN];
         m[0] = 1;
         m[4..8].copy_from_slice(&7u32.to_be_bytes());
-        i.write_init(1_700_000_000_000_000, 1, &mut m[8..])
+        i.write_init(1_700_000_000_000_000, 1, CipherSet::ALL, &mut m[8..])
             .expect("buffer is the message size");
         m
     })
@@ -53,6 +54,7 @@ pub fn handshake(data: &[u8]) {
             }],
             session: SessionConfig::default(),
             default_policy: Policy::Best,
+            ciphers: CipherSet::ALL,
         },
         1,
     );
@@ -98,13 +100,13 @@ const LOCAL_INDEX: u32 = 0x1234_5678;
 pub fn session_data(data: &[u8]) -> usize {
     let mut s = Session::new(SessionId([0; 16]), SessionConfig::default());
     let keys = TransportKeys {
-        seal: SealKey::new(K_OUT),
-        open: OpenKey::new(K_IN),
+        seal: SealKey::new(DataCipher::ChaCha20Poly1305, K_OUT),
+        open: OpenKey::new(DataCipher::ChaCha20Poly1305, K_IN),
     };
     let mut now = Instant::from_micros(1_000_000);
     s.keys
         .install_current(Keypair::new(LOCAL_INDEX, 1, keys, now));
-    let mut peer = SealKey::new(K_IN);
+    let mut peer = SealKey::new(DataCipher::ChaCha20Poly1305, K_IN);
     let from: SocketAddr = "192.0.2.1:4000".parse().expect("literal");
     let mut sealed: Vec<Vec<u8>> = Vec::new();
     let mut last: Option<Vec<u8>> = None;

@@ -84,6 +84,16 @@ def rejects(counters: dict[str, int]) -> int:
 # No rerun. Over these tbf links (sub-millisecond RTT, a token bucket that passes bursts at
 # line rate) `aggregate` once starved the fast link in ~1 run in 5 with an inner BBR flow
 # (72 Mbit/s); docs/AGGREGATION.md §1 has the three rate-sampling rules that fixed it.
+def expected_cipher() -> str:
+    """The data cipher `cipher = "auto"` negotiates between two daemons on this machine."""
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return "aes-256-gcm" if {"aes", "pclmulqdq"} <= flags else "chacha20-poly1305"
+
+
 @pytest.mark.parametrize(
     ("policy", "cc"), [("aggregate", "cubic"), ("aggregate", "bbr"), ("best", "cubic")]
 )
@@ -100,6 +110,8 @@ def test_bulk_transfer_intact(lab: Lab, multihome_bin: Path, policy: str, cc: st
     sent = {k: after[k] - before[k] for k in after}
     share_slow = sent["slow"] / max(1, sum(sent.values()))
     print(f"{policy}/{cc}: {res.mbps:.1f} Mbit/s, slow-link share {share_slow:.2f}, eff {eff:.3f}")
+    # Both daemons run `cipher = "auto"`: AES-256-GCM exactly when this CPU has AES-NI.
+    assert topo.status("client")["sessions"][0]["cipher"] == expected_cipher()
     if policy == "aggregate":
         # Striping must beat the fast link alone, whose goodput ceiling is FAST * eff.
         assert res.mbps > FAST * eff, (res.mbps, sent)

@@ -25,6 +25,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "rx_unknown_peer": c.rx_unknown_peer,
         "rx_handshake_failed": c.rx_handshake_failed,
         "rx_handshake_replayed": c.rx_handshake_replayed,
+        "rx_no_common_cipher": c.rx_no_common_cipher,
         "rx_unauthenticated": sc.rx_unauthenticated,
         "rx_replayed": sc.rx_replayed,
         "rx_malformed": sc.rx_malformed,
@@ -80,6 +81,7 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
     let sc = s.counters();
     json!({
         "session_id": s.id().to_string(),
+        "cipher": s.keys.current.as_ref().map(|k| k.seal.suite().name()),
         "tx_ip_packets": sc.tx_ip_packets,
         "rx_ip_packets": sc.rx_ip_packets,
         "reorder": {"held": r.held, "skipped_gaps": r.skipped_gaps, "late": r.late,
@@ -179,8 +181,11 @@ pub fn render(v: &Value) -> String {
     for s in v["sessions"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,
-            "session {} peer {} established {}",
-            s["session_id"], s["peer"], s["established"]
+            "session {} peer {} established {} cipher {}",
+            s["session_id"],
+            s["peer"],
+            s["established"],
+            s["cipher"].as_str().unwrap_or("-")
         );
         let _ = writeln!(
             o,
@@ -433,8 +438,8 @@ relayed bytes: 1200000 up, 250300000 down
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "role: client");
         assert_eq!(
-            lines[1],
-            "session \"3fa2c19b0d44e871\" peer \"server\" established true"
+            lines[1], "session \"3fa2c19b0d44e871\" peer \"server\" established true cipher -",
+            "a document without `cipher` (an older daemon) shows -"
         );
         let dsl: Vec<&str> = lines[3].split_whitespace().collect();
         assert_eq!(

@@ -3,7 +3,7 @@
 use super::raw::{ClientFile, PolicySection};
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
-use proto::crypto::PublicKey;
+use proto::crypto::{CipherSet, DataCipher, PublicKey};
 use proto::policy::{Classifier, Policy, Rule};
 use proto::session::AggregateScheduler;
 use std::net::SocketAddr;
@@ -51,6 +51,8 @@ pub struct ClientSettings {
     pub mtu: u32,
     /// Scheduler for `aggregate`.
     pub aggregate: AggregateScheduler,
+    /// Data ciphers offered in the handshake.
+    pub ciphers: CipherSet,
     /// Links.
     pub links: Vec<LinkSettings>,
     /// Flow classifier.
@@ -146,6 +148,28 @@ pub(super) fn parse_detect(
             format!("detect_ms = {} is out of range", v.get_ref()),
             "use a value from 100 to 60000 milliseconds",
         )),
+    }
+}
+
+/// `cipher`: which data ciphers this side offers (client) or accepts (server). `auto`
+/// offers AES-256-GCM only where this CPU has AES instructions; ChaCha20-Poly1305 is
+/// always in the set, so two sides always agree on something.
+pub(super) fn parse_cipher(
+    src: &Source<'_>,
+    c: Option<&Spanned<String>>,
+) -> Result<CipherSet, ConfigError> {
+    match c.map(|c| (c.get_ref().as_str(), c.span().start)) {
+        None | Some(("auto", _)) => Ok(CipherSet::hardware()),
+        Some((name, at)) => name
+            .parse::<DataCipher>()
+            .map(CipherSet::with)
+            .map_err(|e| {
+                src.err(
+                    at,
+                    e,
+                    "use auto (the default), chacha20-poly1305 or aes-256-gcm",
+                )
+            }),
     }
 }
 
@@ -323,6 +347,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),
         mtu: parse_mtu(src, c.mtu.as_ref())?,
         aggregate,
+        ciphers: parse_cipher(src, c.cipher.as_ref())?,
         links,
         classifier: parse_classifier(src, &f.policy)?,
     })

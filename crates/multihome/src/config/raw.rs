@@ -32,6 +32,7 @@ pub struct ClientSection {
     pub failback_hold_ms: Option<u64>,
     pub mtu: Option<Spanned<u32>>,
     pub aggregate_scheduler: Option<Spanned<String>>,
+    pub cipher: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,6 +85,7 @@ pub struct ServerSection {
     pub detect_ms: Option<Spanned<u64>>,
     pub mtu: Option<Spanned<u32>>,
     pub default_policy: Option<Spanned<String>>,
+    pub cipher: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

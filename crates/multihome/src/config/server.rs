@@ -1,12 +1,13 @@
 //! Validation of `server.toml` into `ServerSettings`.
 
 use super::client::{
-    check_ifname, parse_addr, parse_detect, parse_key, parse_mtu, parse_net, parse_policy,
+    check_ifname, parse_addr, parse_cipher, parse_detect, parse_key, parse_mtu, parse_net,
+    parse_policy,
 };
 use super::raw::ServerFile;
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
-use proto::crypto::PublicKey;
+use proto::crypto::{CipherSet, PublicKey};
 use proto::policy::Policy;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,6 +49,8 @@ pub struct ServerSettings {
     pub mtu: u32,
     /// Policy for downstream flows not yet seen from the client.
     pub default_policy: Policy,
+    /// Data ciphers accepted in handshakes.
+    pub ciphers: CipherSet,
     /// Allowed clients.
     pub peers: Vec<PeerSettings>,
 }
@@ -121,6 +124,7 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
             Some(p) => parse_policy(src, p, None)?,
             None => Policy::Best,
         },
+        ciphers: parse_cipher(src, s.cipher.as_ref())?,
         peers,
     })
 }

@@ -104,3 +104,25 @@ fn server_config() {
     assert!(e.message.contains("allowed_ips"), "{e}");
     assert_eq!(e.line, 7);
 }
+
+#[test]
+fn cipher_choice() {
+    use proto::crypto::CipherSet;
+    let c = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert_eq!(c.ciphers, CipherSet::hardware(), "auto by default");
+    let t = client_src(
+        "server = \"10.0.1.1:7000\"\ncipher = \"chacha20-poly1305\"\n",
+        LINKS,
+    );
+    assert_eq!(client(&t).unwrap().ciphers, CipherSet::CHACHA20_POLY1305);
+    let t = client_src(
+        "server = \"10.0.1.1:7000\"\ncipher = \"aes-256-gcm\"\n",
+        LINKS,
+    );
+    assert_eq!(client(&t).unwrap().ciphers, CipherSet::ALL);
+    let t = client_src("server = \"10.0.1.1:7000\"\ncipher = \"aes128\"\n", LINKS);
+    let e = client(&t).unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.message.contains("unknown cipher"), "{e}");
+    assert!(e.fix.contains("chacha20-poly1305"), "{e}");
+}

@@ -100,6 +100,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
             },
             classifier: s.classifier.clone(),
             epoch_us: clock.epoch_us,
+            ciphers: s.ciphers,
         },
         super::os_seed()?,
     );

@@ -75,6 +75,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
                 ..SessionConfig::default()
             },
             default_policy: s.default_policy,
+            ciphers: s.ciphers,
         },
         super::os_seed()?,
     );

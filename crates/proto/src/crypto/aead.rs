@@ -1,20 +1,22 @@
-//! Per-direction ChaCha20-Poly1305 (RFC 8439) for data datagrams.
+//! Per-direction AEAD for data datagrams: ChaCha20-Poly1305 (RFC 8439) or AES-256-GCM,
+//! as negotiated by the handshake (`suite.rs`).
 //!
 //! Nonce = 4 zero bytes ‖ 64-bit big-endian counter, the counter being the one in the
 //! clear data header, which is also the associated data. The sealing side owns a strictly
 //! increasing counter, so two different messages are never sealed under one nonce — also
 //! for redundant copies, which are separate datagrams with separate counters.
 //!
-//! The cipher is `ring`'s (BoringSSL's assembly): this runs once per datagram in each
+//! The ciphers are `ring`'s (BoringSSL's assembly): this runs once per datagram in each
 //! direction and dominated the daemon's and the simulator's CPU time with the portable
-//! implementation. The tests cross-check it against RFC 8439's vector and the portable
-//! `chacha20poly1305` crate, so the bytes on the wire are exactly those of before.
+//! implementation. The tests cross-check ChaCha20-Poly1305 against RFC 8439's vector and
+//! the portable `chacha20poly1305` crate (the bytes on the wire are exactly those of
+//! before), and AES-256-GCM against the GCM specification's test case 16.
+//!
+//! Invariant: a key never seals more messages than its cipher's
+//! `reject_after_messages` (for AES-GCM that bound is what keeps its security margin).
 
-use super::{CryptoError, TAG_LEN};
-use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, CHACHA20_POLY1305};
-
-/// After this many messages a key is retired (far below 2^64, as in WireGuard).
-pub const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
+use super::{CryptoError, DataCipher, TAG_LEN};
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey};
 
 fn nonce_bytes(counter: u64) -> [u8; 12] {
     let mut n = [0u8; 12];
@@ -22,10 +24,10 @@ fn nonce_bytes(counter: u64) -> [u8; 12] {
     n
 }
 
-fn cipher(key: &[u8; 32]) -> LessSafeKey {
+fn cipher(c: DataCipher, key: &[u8; 32]) -> LessSafeKey {
     // The only failure of `UnboundKey::new` is a key of the wrong length, which the type
-    // rules out.
-    LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, key).expect("32-byte key"))
+    // rules out (both ciphers take 256-bit keys).
+    LessSafeKey::new(UnboundKey::new(c.algorithm(), key).expect("32-byte key"))
 }
 
 /// Seals `buf[..len]` in place under the raw 96-bit `nonce`, writing the tag after it.
@@ -75,6 +77,7 @@ fn open_raw(
 /// The sending half: a key and the next counter.
 pub struct SealKey {
     cipher: LessSafeKey,
+    suite: DataCipher,
     next_counter: u64,
 }
 
@@ -84,12 +87,18 @@ pub struct OpenKey {
 }
 
 impl SealKey {
-    /// A sealing key starting at counter 0.
-    pub fn new(key: [u8; 32]) -> Self {
+    /// A sealing key for cipher `suite` starting at counter 0.
+    pub fn new(suite: DataCipher, key: [u8; 32]) -> Self {
         SealKey {
-            cipher: cipher(&key),
+            cipher: cipher(suite, &key),
+            suite,
             next_counter: 0,
         }
+    }
+
+    /// The cipher it seals with.
+    pub fn suite(&self) -> DataCipher {
+        self.suite
     }
 
     /// Messages sealed so far.
@@ -97,9 +106,16 @@ impl SealKey {
         self.next_counter
     }
 
+    /// Jumps the counter forward (tests of the message budget, which cannot seal 2^26
+    /// datagrams). Only forward, so no nonce is ever reused.
+    #[cfg(test)]
+    pub(crate) fn skip_to(&mut self, counter: u64) {
+        self.next_counter = self.next_counter.max(counter);
+    }
+
     /// Takes the next counter value; the caller writes it into the header before sealing.
     pub fn next_counter(&mut self) -> Result<u64, CryptoError> {
-        if self.next_counter >= REJECT_AFTER_MESSAGES {
+        if self.next_counter >= self.suite.reject_after_messages() {
             return Err(CryptoError::Exhausted);
         }
         let c = self.next_counter;
@@ -121,10 +137,10 @@ impl SealKey {
 }
 
 impl OpenKey {
-    /// An opening key.
-    pub fn new(key: [u8; 32]) -> Self {
+    /// An opening key for cipher `suite`.
+    pub fn new(suite: DataCipher, key: [u8; 32]) -> Self {
         OpenKey {
-            cipher: cipher(&key),
+            cipher: cipher(suite, &key),
         }
     }
 
@@ -142,8 +158,14 @@ mod tests {
 
     #[test]
     fn seal_open_and_tamper() {
-        let mut s = SealKey::new([3; 32]);
-        let o = OpenKey::new([3; 32]);
+        for suite in [DataCipher::ChaCha20Poly1305, DataCipher::Aes256Gcm] {
+            seal_open_and_tamper_with(suite);
+        }
+    }
+
+    fn seal_open_and_tamper_with(suite: DataCipher) {
+        let mut s = SealKey::new(suite, [3; 32]);
+        let o = OpenKey::new(suite, [3; 32]);
         let c = s.next_counter().unwrap();
         let mut buf = [0u8; 64];
         buf[..5].copy_from_slice(b"hello");
@@ -195,7 +217,7 @@ mod tests {
         );
         let mut buf = vec![0u8; plain.len() + TAG_LEN];
         buf[..plain.len()].copy_from_slice(plain);
-        let c = cipher(&key);
+        let c = cipher(DataCipher::ChaCha20Poly1305, &key);
         let n = seal_raw(&c, nonce, &aad, &mut buf, plain.len()).unwrap();
         assert_eq!(buf[..n], expected[..]);
         assert_eq!(open_raw(&c, nonce, &aad, &mut buf).unwrap(), plain.len());
@@ -221,7 +243,7 @@ mod tests {
 
             let mut ours = vec![0u8; len + TAG_LEN];
             ours[..len].copy_from_slice(&plain);
-            SealKey::new(key)
+            SealKey::new(DataCipher::ChaCha20Poly1305, key)
                 .seal(counter, &aad, &mut ours, len)
                 .unwrap();
             let mut theirs = plain.clone();
@@ -232,10 +254,48 @@ mod tests {
             assert_eq!(ours, theirs, "counter {counter}, {len} bytes");
 
             assert_eq!(
-                OpenKey::new(key).open(counter, &aad, &mut theirs).unwrap(),
+                OpenKey::new(DataCipher::ChaCha20Poly1305, key)
+                    .open(counter, &aad, &mut theirs)
+                    .unwrap(),
                 len
             );
             assert_eq!(theirs[..len], plain[..]);
         }
+    }
+
+    /// The GCM specification's test case 16 (AES-256, 60 bytes, 20 bytes of AAD), through
+    /// the same code path as `seal`/`open`.
+    #[test]
+    fn aes256gcm_spec_vector() {
+        let key: [u8; 32] = hex("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308")
+            .try_into()
+            .unwrap();
+        let nonce: [u8; 12] = hex("cafebabefacedbaddecaf888").try_into().unwrap();
+        let aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+        let plain = hex(
+            "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72
+             1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+        );
+        let expected = hex(
+            "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa
+             8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662
+             76fc6ece0f4e1768cddf8853bb2d551b",
+        );
+        let mut buf = vec![0u8; plain.len() + TAG_LEN];
+        buf[..plain.len()].copy_from_slice(&plain);
+        let c = cipher(DataCipher::Aes256Gcm, &key);
+        let n = seal_raw(&c, nonce, &aad, &mut buf, plain.len()).unwrap();
+        assert_eq!(buf[..n], expected[..]);
+        assert_eq!(open_raw(&c, nonce, &aad, &mut buf).unwrap(), plain.len());
+        assert_eq!(buf[..plain.len()], plain[..]);
+    }
+
+    /// An AES-GCM key stops sealing at its message bound; a ChaCha key is far from it.
+    #[test]
+    fn aes_key_refuses_past_its_bound() {
+        let mut s = SealKey::new(DataCipher::Aes256Gcm, [1; 32]);
+        s.next_counter = DataCipher::Aes256Gcm.reject_after_messages() - 1;
+        assert!(s.next_counter().is_ok());
+        assert_eq!(s.next_counter(), Err(CryptoError::Exhausted));
     }
 }

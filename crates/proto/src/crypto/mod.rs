@@ -8,12 +8,14 @@
 mod aead;
 mod keys;
 mod noise;
+mod suite;
 
-pub use aead::{OpenKey, SealKey, REJECT_AFTER_MESSAGES};
+pub use aead::{OpenKey, SealKey};
 pub use keys::{PublicKey, SessionId, StaticSecret};
 pub use noise::{Initiator, Responder, TransportKeys, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
+pub use suite::{CipherSet, DataCipher};
 
-/// Length of the ChaCha20-Poly1305 tag appended to every sealed payload.
+/// Length of the tag appended to every sealed payload (16 bytes for either data cipher).
 pub const TAG_LEN: usize = 16;
 
 /// Errors of the crypto layer.
@@ -28,6 +30,9 @@ pub enum CryptoError {
     /// Authentication of a sealed payload failed.
     #[error("authentication failed")]
     Auth,
+    /// The responder accepts none of the data ciphers the initiator offered.
+    #[error("no data cipher in common with the peer")]
+    NoCommonCipher,
     /// The key has sealed the maximum number of messages and must be replaced.
     #[error("key exhausted; rekey required")]
     Exhausted,

@@ -4,12 +4,15 @@
 //! client's static key from message 1 and checks it against its allowed peers before it
 //! answers, so an unknown client gets nothing. Message 1 carries a 12-byte payload: a
 //! 64-bit timestamp (µs, client clock) that must grow from one handshake to the next, which
-//! makes replayed initiations harmless (as WireGuard's TAI64N), a flags byte and 3
-//! reserved bytes.
+//! makes replayed initiations harmless (as WireGuard's TAI64N), a flags byte, the set of
+//! data ciphers the client accepts (`suite.rs`; 0 from clients before negotiation, read as
+//! ChaCha20-Poly1305) and 2 reserved bytes. Message 2's single payload byte is the
+//! server's flags, one of which names the chosen data cipher; both payloads are encrypted
+//! and authenticated by the handshake, so the choice cannot be downgraded in flight.
 //!
 //! The ephemeral keys come from an RNG seeded by the caller (sans-IO: no global RNG).
 
-use super::{CryptoError, OpenKey, PublicKey, SealKey, StaticSecret};
+use super::{CipherSet, CryptoError, DataCipher, OpenKey, PublicKey, SealKey, StaticSecret};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{CryptoRng, RngCore, SeedableRng};
 use snow::params::{CipherChoice, DHChoice, HashChoice};
@@ -19,8 +22,10 @@ use snow::{Builder, HandshakeState};
 
 const PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"multihome v1";
-/// Payload of message 1: timestamp u64, flags u8, 3 reserved bytes.
+/// Payload of message 1: timestamp u64, flags u8, cipher set u8, 2 reserved bytes.
 pub const INIT_PAYLOAD_LEN: usize = 12;
+/// Response flag: data is sealed with AES-256-GCM (else ChaCha20-Poly1305).
+const RESP_FLAG_AES256GCM: u8 = 0x02;
 /// Response flag: the server created a new session for this handshake (it had none, or
 /// the client asked for a fresh one), so the client must reset its receive state too —
 /// sequence numbers start again from zero on the server's side.
@@ -87,18 +92,19 @@ fn herr(e: snow::Error) -> CryptoError {
     CryptoError::Handshake(e.to_string())
 }
 
-fn split(mut hs: HandshakeState, initiator: bool) -> TransportKeys {
+fn split(mut hs: HandshakeState, initiator: bool, suite: DataCipher) -> TransportKeys {
     let (i2r, r2i) = hs.dangerously_get_raw_split();
     let (seal, open) = if initiator { (i2r, r2i) } else { (r2i, i2r) };
     TransportKeys {
-        seal: SealKey::new(seal),
-        open: OpenKey::new(open),
+        seal: SealKey::new(suite, seal),
+        open: OpenKey::new(suite, open),
     }
 }
 
 /// Client side of one handshake attempt.
 pub struct Initiator {
     hs: HandshakeState,
+    offered: CipherSet,
 }
 
 impl Initiator {
@@ -113,31 +119,48 @@ impl Initiator {
             .remote_public_key(&server.0)
             .build_initiator()
             .map_err(herr)?;
-        Ok(Initiator { hs })
+        Ok(Initiator {
+            hs,
+            offered: CipherSet::CHACHA20_POLY1305,
+        })
     }
 
-    /// Writes message 1 carrying `timestamp_us` and `flags`; returns its length.
+    /// Writes message 1 carrying `timestamp_us`, `flags` and the data ciphers we accept;
+    /// returns its length.
     pub fn write_init(
         &mut self,
         timestamp_us: u64,
         flags: u8,
+        ciphers: CipherSet,
         out: &mut [u8],
     ) -> Result<usize, CryptoError> {
         let mut payload = [0u8; INIT_PAYLOAD_LEN];
         payload[..8].copy_from_slice(&timestamp_us.to_be_bytes());
         payload[8] = flags;
+        payload[9] = ciphers.to_wire();
+        self.offered = ciphers;
         self.hs.write_message(&payload, out).map_err(herr)
     }
 
-    /// Reads message 2 and finishes the handshake; returns the keys and the server's
-    /// flags byte (`RESP_FLAG_NEW_SESSION`).
+    /// Reads message 2 and finishes the handshake; returns the keys (for the cipher the
+    /// server chose, which must be one we offered) and the server's flags byte
+    /// (`RESP_FLAG_NEW_SESSION`).
     pub fn read_resp(mut self, msg: &[u8]) -> Result<(TransportKeys, u8), CryptoError> {
         let mut payload = [0u8; 64];
         let n = self.hs.read_message(msg, &mut payload).map_err(herr)?;
         if !self.hs.is_handshake_finished() || n != 1 {
             return Err(CryptoError::Handshake("malformed message 2".into()));
         }
-        Ok((split(self.hs, true), payload[0]))
+        let flags = payload[0];
+        let suite = if flags & RESP_FLAG_AES256GCM != 0 {
+            DataCipher::Aes256Gcm
+        } else {
+            DataCipher::ChaCha20Poly1305
+        };
+        if !self.offered.contains(suite) {
+            return Err(CryptoError::NoCommonCipher);
+        }
+        Ok((split(self.hs, true, suite), flags))
     }
 }
 
@@ -147,6 +170,7 @@ pub struct Responder {
     remote: PublicKey,
     timestamp_us: u64,
     flags: u8,
+    offered: CipherSet,
 }
 
 impl Responder {
@@ -176,6 +200,7 @@ impl Responder {
             remote: PublicKey(remote_bytes),
             timestamp_us,
             flags: payload[8],
+            offered: CipherSet::from_wire(payload[9]),
         })
     }
 
@@ -194,14 +219,29 @@ impl Responder {
         self.flags
     }
 
-    /// Writes message 2 carrying `flags` and finishes the handshake.
+    /// The data ciphers the client accepts.
+    pub fn offered(&self) -> CipherSet {
+        self.offered
+    }
+
+    /// Picks the data cipher from `accepted` (ours) and the client's offer, writes message
+    /// 2 carrying `flags` and the choice, and finishes the handshake. Fails with
+    /// `NoCommonCipher` (writing nothing) when the two sets do not meet.
     pub fn write_resp(
         mut self,
         flags: u8,
+        accepted: CipherSet,
         out: &mut [u8],
     ) -> Result<(usize, TransportKeys), CryptoError> {
+        let suite = accepted
+            .choose(self.offered)
+            .ok_or(CryptoError::NoCommonCipher)?;
+        let flags = match suite {
+            DataCipher::Aes256Gcm => flags | RESP_FLAG_AES256GCM,
+            DataCipher::ChaCha20Poly1305 => flags & !RESP_FLAG_AES256GCM,
+        };
         let n = self.hs.write_message(&[flags], out).map_err(herr)?;
-        Ok((n, split(self.hs, false)))
+        Ok((n, split(self.hs, false, suite)))
     }
 }
 
@@ -211,34 +251,76 @@ mod tests {
     use crate::crypto::TAG_LEN;
     use crate::wire::{HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN};
 
-    #[test]
-    fn handshake_yields_matching_keys() {
+    /// One handshake: client offering `offer`, server accepting `accept`.
+    fn handshake(
+        offer: CipherSet,
+        accept: CipherSet,
+    ) -> Result<(TransportKeys, TransportKeys, u8), CryptoError> {
         let c = StaticSecret::from_bytes([1; 32]);
         let s = StaticSecret::from_bytes([2; 32]);
         let mut i = Initiator::new(&c, &s.public_key(), [3; 32]).unwrap();
         let mut m1 = [0u8; 256];
-        let n1 = i.write_init(42, INIT_FLAG_FRESH, &mut m1).unwrap();
+        let n1 = i.write_init(42, INIT_FLAG_FRESH, offer, &mut m1).unwrap();
         assert_eq!(n1, HANDSHAKE_INIT_LEN - 8);
         let r = Responder::read_init(&s, [4; 32], &m1[..n1]).unwrap();
         assert_eq!(r.remote(), c.public_key());
         assert_eq!(r.timestamp_us(), 42);
         assert_eq!(r.flags(), INIT_FLAG_FRESH);
+        assert_eq!(r.offered(), offer);
         let mut m2 = [0u8; 256];
-        let (n2, mut skeys) = r.write_resp(RESP_FLAG_NEW_SESSION, &mut m2).unwrap();
+        let (n2, skeys) = r.write_resp(RESP_FLAG_NEW_SESSION, accept, &mut m2)?;
         assert_eq!(n2, HANDSHAKE_RESP_LEN - 12);
-        let (mut ckeys, flags) = i.read_resp(&m2[..n2]).unwrap();
-        assert_eq!(flags, RESP_FLAG_NEW_SESSION);
-        let mut buf = [0u8; 32];
-        buf[..3].copy_from_slice(b"abc");
-        let ctr = ckeys.seal.next_counter().unwrap();
-        let n = ckeys.seal.seal(ctr, b"", &mut buf, 3).unwrap();
-        assert_eq!(n, 3 + TAG_LEN);
-        assert_eq!(skeys.open.open(ctr, b"", &mut buf[..n]).unwrap(), 3);
-        assert_eq!(&buf[..3], b"abc");
-        let ctr = skeys.seal.next_counter().unwrap();
-        let mut buf2 = [9u8; 20];
-        let n = skeys.seal.seal(ctr, b"x", &mut buf2, 4).unwrap();
-        assert!(ckeys.open.open(ctr, b"x", &mut buf2[..n]).is_ok());
+        let (ckeys, flags) = i.read_resp(&m2[..n2])?;
+        Ok((ckeys, skeys, flags))
+    }
+
+    #[test]
+    fn handshake_yields_matching_keys() {
+        use DataCipher::*;
+        for (offer, accept, expect) in [
+            (CipherSet::ALL, CipherSet::ALL, Aes256Gcm),
+            (
+                CipherSet::ALL,
+                CipherSet::CHACHA20_POLY1305,
+                ChaCha20Poly1305,
+            ),
+            (
+                CipherSet::CHACHA20_POLY1305,
+                CipherSet::ALL,
+                ChaCha20Poly1305,
+            ),
+            (
+                CipherSet::CHACHA20_POLY1305,
+                CipherSet::CHACHA20_POLY1305,
+                ChaCha20Poly1305,
+            ),
+        ] {
+            let (mut ckeys, mut skeys, flags) = handshake(offer, accept).unwrap();
+            assert_eq!(flags & RESP_FLAG_NEW_SESSION, RESP_FLAG_NEW_SESSION);
+            assert_eq!(ckeys.seal.suite(), expect);
+            assert_eq!(skeys.seal.suite(), expect);
+            let mut buf = [0u8; 32];
+            buf[..3].copy_from_slice(b"abc");
+            let ctr = ckeys.seal.next_counter().unwrap();
+            let n = ckeys.seal.seal(ctr, b"", &mut buf, 3).unwrap();
+            assert_eq!(n, 3 + TAG_LEN);
+            assert_eq!(skeys.open.open(ctr, b"", &mut buf[..n]).unwrap(), 3);
+            assert_eq!(&buf[..3], b"abc");
+            let ctr = skeys.seal.next_counter().unwrap();
+            let mut buf2 = [9u8; 20];
+            let n = skeys.seal.seal(ctr, b"x", &mut buf2, 4).unwrap();
+            assert!(ckeys.open.open(ctr, b"x", &mut buf2[..n]).is_ok());
+        }
+    }
+
+    /// A server that accepts nothing the client offers refuses without writing message 2.
+    #[test]
+    fn no_common_cipher_refuses() {
+        let aes_only = CipherSet::from_wire(0x02);
+        assert!(matches!(
+            handshake(CipherSet::CHACHA20_POLY1305, aes_only),
+            Err(CryptoError::NoCommonCipher)
+        ));
     }
 
     #[test]
@@ -248,7 +330,7 @@ mod tests {
         let other = StaticSecret::from_bytes([5; 32]);
         let mut i = Initiator::new(&c, &other.public_key(), [3; 32]).unwrap();
         let mut m1 = [0u8; 256];
-        let n1 = i.write_init(1, 0, &mut m1).unwrap();
+        let n1 = i.write_init(1, 0, CipherSet::ALL, &mut m1).unwrap();
         assert!(Responder::read_init(&s, [4; 32], &m1[..n1]).is_err());
         let garbage = [0x55u8; 108];
         assert!(Responder::read_init(&s, [4; 32], &garbage).is_err());

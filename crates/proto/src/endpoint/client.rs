@@ -3,11 +3,15 @@
 //! Handshake: the same initiation datagram goes out on every available link at once, so
 //! the session comes up over whichever link works first (duplicates are refused by the
 //! server's timestamp check); it is retried every `HANDSHAKE_RETRY` until answered, and
-//! repeated every `REKEY_AFTER` for fresh keys. If every path has been down for twice the
+//! repeated every `REKEY_AFTER` for fresh keys, or sooner once either side has sealed the
+//! cipher's message budget (`Keypair::worn`). If every path has been down for twice the
 //! detection time the client re-handshakes too, which recovers from a server restart.
 
 use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
-use crate::crypto::{Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
+use crate::crypto::{
+    CipherSet, CryptoError, Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH,
+    RESP_FLAG_NEW_SESSION,
+};
 use crate::path::{PathId, PathState};
 use crate::policy::Classifier;
 use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
@@ -31,6 +35,8 @@ pub struct ClientConfig {
     pub classifier: Classifier,
     /// Wall-clock microseconds at `Instant::ZERO` (for handshake timestamps).
     pub epoch_us: u64,
+    /// Data ciphers we offer (`CipherSet::hardware()` unless configured).
+    pub ciphers: CipherSet,
 }
 
 /// A link as the client knows it.
@@ -129,6 +135,12 @@ impl Client {
         &self.session
     }
 
+    /// The session, mutable (tests that set up states traffic cannot reach quickly).
+    #[cfg(test)]
+    pub(crate) fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
     /// Refusal counters.
     pub fn counters(&self) -> EndpointCounters {
         self.counters
@@ -194,6 +206,7 @@ impl Client {
                 self.all_down_since = None;
                 self.counters.handshakes += 1;
             }
+            Err(CryptoError::NoCommonCipher) => self.counters.rx_no_common_cipher += 1,
             Err(_) => {
                 // The initiator is consumed by a failed read; a new handshake follows.
                 self.counters.rx_handshake_failed += 1;
@@ -221,7 +234,10 @@ impl Client {
         let mut msg = vec![0u8; HANDSHAKE_INIT_LEN];
         let ts = self.cfg.epoch_us + now.as_micros();
         let flags = if self.fresh { INIT_FLAG_FRESH } else { 0 };
-        if initiator.write_init(ts, flags, &mut msg[8..]).is_err() {
+        if initiator
+            .write_init(ts, flags, self.cfg.ciphers, &mut msg[8..])
+            .is_err()
+        {
             return;
         }
         for l in self.links.iter().filter(|l| l.available) {
@@ -248,7 +264,7 @@ impl Client {
             .keys
             .current
             .as_ref()
-            .is_none_or(|k| now.saturating_since(k.created) >= REKEY_AFTER);
+            .is_none_or(|k| now.saturating_since(k.created) >= REKEY_AFTER || k.worn());
         let dead = self
             .all_down_since
             .is_some_and(|t| now.saturating_since(t) >= self.cfg.session.detect * 2);

@@ -30,6 +30,8 @@ pub struct EndpointCounters {
     pub rx_unknown_peer: u64,
     /// Handshake messages that failed cryptographically.
     pub rx_handshake_failed: u64,
+    /// Handshakes refused because the two sides share no data cipher.
+    pub rx_no_common_cipher: u64,
     /// Handshake initiations replayed (timestamp not newer than the last one).
     pub rx_handshake_replayed: u64,
     /// Handshakes completed.

@@ -20,7 +20,10 @@
 mod index;
 
 use super::EndpointCounters;
-use crate::crypto::{PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
+use crate::crypto::{
+    CipherSet, CryptoError, PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH,
+    RESP_FLAG_NEW_SESSION,
+};
 use crate::path::PathId;
 use crate::policy::Policy;
 use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
@@ -56,6 +59,8 @@ pub struct ServerConfig {
     pub session: SessionConfig,
     /// Policy for downstream flows the client has not used yet.
     pub default_policy: Policy,
+    /// Data ciphers we accept (`CipherSet::hardware()` unless configured).
+    pub ciphers: CipherSet,
 }
 
 struct Peer {
@@ -152,6 +157,13 @@ impl Server {
         })
     }
 
+    /// The first peer's session, mutable (tests that set up states traffic cannot reach
+    /// quickly).
+    #[cfg(test)]
+    pub(crate) fn first_session_mut(&mut self) -> Option<&mut Session> {
+        self.peers.first_mut().and_then(|p| p.session.as_mut())
+    }
+
     /// A datagram received from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
         let (kind, index) = match OuterPacket::new_checked(&buf[..]) {
@@ -215,9 +227,18 @@ impl Server {
             0
         };
         let mut out = vec![0u8; HANDSHAKE_RESP_LEN];
-        let Ok((_, keys)) = resp.write_resp(flags, &mut out[12..]) else {
-            self.counters.rx_handshake_failed += 1;
-            return;
+        let keys = match resp.write_resp(flags, self.cfg.ciphers, &mut out[12..]) {
+            Ok((_, keys)) => keys,
+            // Nothing was written or changed: the client hears nothing, as for a key we
+            // do not know, and the operator sees why in this counter.
+            Err(CryptoError::NoCommonCipher) => {
+                self.counters.rx_no_common_cipher += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.rx_handshake_failed += 1;
+                return;
+            }
         };
         outer::emit_resp_header(&mut out, path.0, local_index, client_index);
         let peer = &mut self.peers[pi];

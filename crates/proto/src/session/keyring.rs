@@ -39,6 +39,15 @@ impl Keypair {
             created: now,
         }
     }
+
+    /// Whether either direction has sealed enough messages under it that the client
+    /// should negotiate a new one (`DataCipher::rekey_after_messages`; it matters for
+    /// AES-GCM). Our own counter and the highest counter the peer used both count, so
+    /// the client also rekeys for a server that sends far more than it does.
+    pub fn worn(&self) -> bool {
+        let limit = self.seal.suite().rekey_after_messages();
+        self.seal.counter() >= limit || self.replay.highest().is_some_and(|h| h >= limit)
+    }
 }
 
 /// Which slot a received datagram's index matched.

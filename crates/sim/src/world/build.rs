@@ -11,7 +11,7 @@ use crate::events::EventQueue;
 use crate::scenario::{hop_params, Scenario, SchedulerSpec};
 use crate::traffic::{App, Placement};
 use linkem::Pipeline;
-use proto::crypto::StaticSecret;
+use proto::crypto::{CipherSet, StaticSecret};
 use proto::endpoint::{Client, ClientConfig, PeerConfig, Server, ServerConfig};
 use proto::path::PathId;
 use proto::policy::{Classifier, Rule};
@@ -149,6 +149,10 @@ impl World {
                     peers,
                     session,
                     default_policy,
+                    // What the daemon would pick on this machine. Results do not depend
+                    // on it (both ciphers add the same 16-byte tag); only the wall time
+                    // of a run does.
+                    ciphers: CipherSet::hardware(),
                 },
                 master.next_u64(),
             )
@@ -166,6 +170,7 @@ impl World {
                             default: default_policy,
                         },
                         epoch_us: 1_700_000_000_000_000,
+                        ciphers: CipherSet::hardware(),
                     },
                     master.next_u64(),
                 );

@@ -1,6 +1,7 @@
 //! Session lifecycle: periodic rekeying under traffic, and recovery from a server restart.
 
 use super::*;
+use crate::crypto::DataCipher;
 use crate::path::{PathConfig, PathState};
 
 /// 400 s at one packet per 50 ms each way: the client rekeys every `REKEY_AFTER`
@@ -54,6 +55,93 @@ fn rekeys_every_rekey_after_without_loss() {
     let s = p.server_session().counters();
     assert_eq!((s.rx_unauthenticated, s.rx_replayed), (0, 0));
     assert_eq!(p.client.session().counters().no_key_drops, 0);
+}
+
+/// Each side in turn is brought to just below AES-256-GCM's message budget: the client
+/// starts a new handshake once either its own counter or the server's passes it, and not
+/// one packet is lost across the change. A chacha-only client gets ChaCha20-Poly1305.
+#[test]
+fn rekeys_when_the_message_budget_is_spent() {
+    const SIZE: usize = 300;
+    let limit = DataCipher::Aes256Gcm.rekey_after_messages();
+    for server_side in [false, true] {
+        let mut p = Pair::new(vec![Link::new(10, None)], Policy::Best, None, 41);
+        p.establish();
+        let suite = |p: &Pair| {
+            let k = p.client.session().keys.current.as_ref().unwrap();
+            k.seal.suite()
+        };
+        assert_eq!(suite(&p), DataCipher::Aes256Gcm);
+        let seal = if server_side {
+            let s = p.server.first_session_mut().unwrap();
+            &mut s.keys.current.as_mut().unwrap().seal
+        } else {
+            &mut p.client.session_mut().keys.current.as_mut().unwrap().seal
+        };
+        seal.skip_to(limit - 50);
+        // 200 packets each way, 5 ms apart: the budget runs out after 50 of them.
+        p.traffic(
+            200,
+            Duration::from_millis(5),
+            SIZE,
+            (true, true),
+            Duration::from_secs(1),
+            |_, _| {},
+        );
+        let what = if server_side { "server" } else { "client" };
+        assert_eq!(p.client.counters().handshakes, 2, "{what}: one rekey");
+        let k = p.client.session().keys.current.as_ref().unwrap();
+        assert!(k.seal.counter() < 200, "{what}: the new keypair is in use");
+        let all: Vec<u32> = (0..200).collect();
+        assert_eq!(numbers(&p.delivered_up), all, "{what}: upstream");
+        assert_eq!(numbers(&p.delivered_down), all, "{what}: downstream");
+    }
+
+    let chacha = (CipherSet::CHACHA20_POLY1305, CipherSet::ALL);
+    let mut p = Pair::with_ciphers(vec![Link::new(10, None)], Policy::Best, None, 42, chacha);
+    p.establish();
+    let k = p.client.session().keys.current.as_ref().unwrap();
+    assert_eq!(k.seal.suite(), DataCipher::ChaCha20Poly1305);
+}
+
+/// A server that accepts only ChaCha20-Poly1305 talks to a client offering both; one that
+/// accepts only AES-256-GCM never answers a chacha-only client, and counts why.
+#[test]
+fn cipher_negotiation_between_endpoints() {
+    let mut p = Pair::with_ciphers(
+        vec![Link::new(10, None)],
+        Policy::Best,
+        None,
+        43,
+        (CipherSet::ALL, CipherSet::CHACHA20_POLY1305),
+    );
+    p.establish();
+    p.traffic(
+        20,
+        Duration::from_millis(5),
+        200,
+        (true, true),
+        Duration::from_secs(1),
+        |_, _| {},
+    );
+    assert_eq!(numbers(&p.delivered_up).len(), 20);
+    assert_eq!(numbers(&p.delivered_down).len(), 20);
+
+    let aes_only = CipherSet::from_wire(0x02);
+    let mut p = Pair::with_ciphers(
+        vec![Link::new(10, None)],
+        Policy::Best,
+        None,
+        44,
+        (CipherSet::CHACHA20_POLY1305, aes_only),
+    );
+    p.run_until(Pair::at(3_500));
+    assert!(!p.client.is_established());
+    assert!(
+        p.server.counters().rx_no_common_cipher >= 3,
+        "one per retry"
+    );
+    assert_eq!(p.server.counters().handshakes, 0);
 }
 
 /// First time at or after `after` when every one of `n` paths is `Down`, replaying the

@@ -16,7 +16,7 @@ mod lifecycle;
 mod throughput;
 
 use super::*;
-use crate::crypto::StaticSecret;
+use crate::crypto::{CipherSet, StaticSecret};
 use crate::path::PathId;
 use crate::policy::{Classifier, Policy};
 use crate::session::{Event, SessionConfig};
@@ -124,7 +124,25 @@ fn session_cfg() -> SessionConfig {
 }
 
 impl Pair {
+    /// Both sides accept both data ciphers (so they use AES-256-GCM).
     fn new(links: Vec<Link>, policy: Policy, client_key: Option<StaticSecret>, seed: u64) -> Pair {
+        Pair::with_ciphers(
+            links,
+            policy,
+            client_key,
+            seed,
+            (CipherSet::ALL, CipherSet::ALL),
+        )
+    }
+
+    /// The client offers `ciphers.0`, the server accepts `ciphers.1`.
+    fn with_ciphers(
+        links: Vec<Link>,
+        policy: Policy,
+        client_key: Option<StaticSecret>,
+        seed: u64,
+        ciphers: (CipherSet, CipherSet),
+    ) -> Pair {
         let (ck, sk) = keys();
         let server_cfg = ServerConfig {
             local_key: sk.clone(),
@@ -135,6 +153,7 @@ impl Pair {
             }],
             session: session_cfg(),
             default_policy: policy,
+            ciphers: ciphers.1,
         };
         let server = Server::new(server_cfg.clone(), seed);
         let client = Client::new(
@@ -144,6 +163,7 @@ impl Pair {
                 session: session_cfg(),
                 classifier: Classifier::uniform(policy),
                 epoch_us: 1_700_000_000_000_000,
+                ciphers: ciphers.0,
             },
             seed + 1,
         );
