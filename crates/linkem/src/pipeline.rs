@@ -21,6 +21,7 @@ use crate::rate::{RateModel, Server};
 use crate::stats::PipelineStats;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// Default queue limit: 1000 frames, the usual txqueuelen of an Ethernet device.
@@ -97,6 +98,10 @@ pub struct Pipeline<P> {
     loss: LossModel,
     queue: DropTailQueue<P>,
     server: Server,
+    /// When the head of the queue is out (`Server::completion`), once asked: it is asked
+    /// several times per frame (each call, and the driver's `next_wakeup`) and changes only
+    /// with the head or the rate stage, which clear it (`head_changed`).
+    head_release: Cell<Option<Duration>>,
     line: DelayLine<P>,
     outages: OutageSchedule,
     manual_down: bool,
@@ -118,6 +123,7 @@ impl<P> Pipeline<P> {
             loss: LossModel::new(params.loss),
             queue: DropTailQueue::new(params.queue),
             server: Server::new(&params.rate, Duration::ZERO),
+            head_release: Cell::new(None),
             line: DelayLine::new(params.delay),
             outages: params.outages,
             manual_down: false,
@@ -159,10 +165,16 @@ impl<P> Pipeline<P> {
             Verdict::DroppedQueue
         } else {
             self.queue.push(payload, bytes, now);
+            if self.queue.len() == 1 {
+                self.head_changed();
+            }
             Verdict::Queued
         };
-        // An idle or unlimited link may release the frame at once.
-        self.advance(now);
+        // An idle or unlimited link may release the frame at once. Behind another frame it
+        // cannot: everything due by `now` was released above.
+        if verdict == Verdict::Queued && self.queue.len() == 1 {
+            self.advance(now);
+        }
         verdict
     }
 
@@ -176,11 +188,7 @@ impl<P> Pipeline<P> {
 
     /// When something next becomes due (a frame's delay ends or the queue head is out).
     pub fn next_wakeup(&self) -> Option<Duration> {
-        let head = self
-            .queue
-            .front()
-            .map(|h| self.server.completion(h.arrival, h.remaining));
-        match (head, self.line.next_due()) {
+        match (self.release(), self.line.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -219,6 +227,7 @@ impl<P> Pipeline<P> {
         }
         self.line.set_spec(delay);
         self.queue.set_limits(limits);
+        self.head_changed();
         self.advance(now);
     }
 
@@ -238,6 +247,23 @@ impl<P> Pipeline<P> {
         let (frames, bytes) = self.queue.flush();
         self.stats.dropped_outage.add_many(frames, bytes);
         self.server.reset_idle(at);
+        self.head_changed();
+    }
+
+    /// When the head of the queue is fully out, if there is one.
+    fn release(&self) -> Option<Duration> {
+        let h = self.queue.front()?;
+        let t = self
+            .head_release
+            .get()
+            .unwrap_or_else(|| self.server.completion(h.arrival, h.remaining));
+        self.head_release.set(Some(t));
+        Some(t)
+    }
+
+    /// The head of the queue or the rate stage's state changed: `release` must recompute.
+    fn head_changed(&mut self) {
+        self.head_release.set(None);
     }
 
     /// Processes, in time order, every release and outage start up to `now`; returns `now`
@@ -246,10 +272,7 @@ impl<P> Pipeline<P> {
         let now = now.max(self.last_now);
         self.last_now = now;
         loop {
-            let release = self
-                .queue
-                .front()
-                .map(|h| self.server.completion(h.arrival, h.remaining));
+            let release = self.release();
             let outage = self.outages.start_in(self.outage_seen, now);
             match (release, outage) {
                 (r, Some(s)) if r.is_none_or(|r| s <= r) => {
@@ -259,6 +282,7 @@ impl<P> Pipeline<P> {
                 (Some(r), _) if r <= now => {
                     let head = self.queue.pop().expect("release implies a head");
                     let at = self.server.complete(head.arrival, head.remaining);
+                    self.head_changed();
                     self.line.push(at, head.payload, head.bytes, &mut self.rng);
                 }
                 _ => break,

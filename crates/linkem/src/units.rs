@@ -42,6 +42,11 @@ impl Bandwidth {
     /// Time to serialise `bytes` at this rate, rounded up to the nanosecond so a link is
     /// never faster than configured.
     pub fn transmit_time(self, bytes: u64) -> Duration {
+        // In u64 whenever bytes·8·10⁹ fits (frames up to 2.3 GB, i.e. always): a u128
+        // division is a library call, and this runs several times per frame and hop.
+        if let Some(bit_ns) = bytes.checked_mul(8 * 1_000_000_000) {
+            return Duration::from_nanos(bit_ns.div_ceil(self.0));
+        }
         let ns = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(self.0));
         Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
@@ -162,6 +167,25 @@ mod tests {
         let g = "1gbit".parse::<Bandwidth>().unwrap();
         assert_eq!(g.transmit_time(1500), Duration::from_micros(12));
         assert_eq!(g.bytes_in(Duration::from_micros(12)), 1500);
+    }
+
+    #[test]
+    fn transmit_time_is_the_same_either_side_of_the_u64_fast_path() {
+        let exact = |r: Bandwidth, bytes: u64| {
+            let ns = (u128::from(bytes) * 8_000_000_000).div_ceil(u128::from(r.0));
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        };
+        let edge = u64::MAX / 8_000_000_000;
+        for bps in [1, 3, 7_999, 10_000_000, u64::MAX] {
+            let r = Bandwidth::from_bits_per_sec(bps).unwrap();
+            for bytes in [0, 1, 1514, 65_535, edge, edge + 1, u64::MAX] {
+                assert_eq!(
+                    r.transmit_time(bytes),
+                    exact(r, bytes),
+                    "{bps} bit/s, {bytes} B"
+                );
+            }
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@
 use crate::Instant;
 use core::time::Duration;
 use etherparse::checksum::Sum16BitWords;
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// Contexts per direction (the id is one byte).
 pub const CONTEXTS: usize = 256;
@@ -140,6 +140,7 @@ struct SendContext {
 /// Sender side: decides per packet and produces the changing fields.
 #[derive(Debug, Default)]
 pub struct Compressor {
+    /// foldhash, not std's SipHash: looked up for every packet sent.
     flows: HashMap<StaticFields, SendContext>,
     owner: Vec<Option<StaticFields>>,
     next_id: usize,

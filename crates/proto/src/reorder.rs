@@ -113,6 +113,10 @@ impl ReorderBuffer {
     /// What late arrivals taught: extra hold on top of the session's estimate. It is
     /// `EXTRA_FACTOR` times the worst recent lateness, halving every 10 s.
     pub fn extra(&self, now: Instant) -> Duration {
+        // Nothing learnt yet (the usual case): skip the power function.
+        if self.extra.is_zero() {
+            return Duration::ZERO;
+        }
         let age = now.saturating_since(self.extra_at).as_secs_f64();
         self.extra
             .mul_f64(0.5f64.powf(age / EXTRA_HALF_LIFE.as_secs_f64()))

@@ -7,12 +7,13 @@
 //! Receiver side (`receiver.rs`): counts what arrives, measures packet pairs (`pair.rs`)
 //! and schedules ACK and PAIR frames. Liveness: a path whose oldest
 //! unacknowledged datagram is older than the detection time is `Down`; keepalive PINGs
-//! are sent on idle paths so this holds without user traffic.
+//! are sent on idle paths so this holds without user traffic (`liveness.rs`).
 //!
 //! Invariants: all counters are monotonic; a path never reports `Up` without having
 //! received feedback; memory per path is bounded (fixed ring of sent records).
 
 mod control;
+mod liveness;
 mod oneway;
 mod pacer;
 mod pair;
@@ -188,6 +189,9 @@ pub struct Path {
     last_feedback: Option<(u32, u64)>,
     loss: f64,
     rtt: RttEstimator,
+    /// `liveness::suspect_after` of `rtt`, kept with it: the deadlines need it after
+    /// every event, the RTT changes only with feedback.
+    suspect_after: Duration,
     rate: DeliveryRate,
     control: RateControl,
     fwd: ForwardDelay,
@@ -206,6 +210,7 @@ pub struct Path {
 impl Path {
     /// A new path towards `remote`; it starts `Down` until feedback proves it.
     pub fn new(id: PathId, remote: SocketAddr, now: Instant, cfg: PathConfig) -> Self {
+        let rtt = RttEstimator::new(Duration::from_millis(100));
         Path {
             id,
             remote,
@@ -223,7 +228,8 @@ impl Path {
             last_data_sent: None,
             last_feedback: None,
             loss: 0.0,
-            rtt: RttEstimator::new(Duration::from_millis(100)),
+            rtt,
+            suspect_after: liveness::suspect_after(&rtt, cfg.detect),
             rate: DeliveryRate::new(now),
             control: RateControl::new(now),
             fwd: ForwardDelay::default(),
@@ -475,6 +481,7 @@ impl Path {
                 sample
             };
             self.rtt.on_sample(corrected);
+            self.suspect_after = liveness::suspect_after(&self.rtt, self.cfg.detect);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
             let queue = self.fwd.on_sample(now, r.time, peer_receive_us);
             if let Verdict::Decrease(bw) = self.control.on_queue_sample(queue, self.now_view()) {
@@ -540,56 +547,6 @@ impl Path {
         }
         self.last_feedback = Some((ack.largest, ack.recv_count));
         new_loss
-    }
-
-    /// Re-evaluates liveness; returns the new state if it changed.
-    pub fn update_state(&mut self, now: Instant) -> Option<PathState> {
-        let old = self.state;
-        let new = if !self.available {
-            PathState::Down
-        } else if let Some(t) = self.first_unacked_time {
-            let waiting = now.saturating_since(t);
-            let suspect_after = (self.rtt.smoothed() * 2 + self.rtt.var() * 4)
-                .max(self.cfg.detect / 3)
-                .min(self.cfg.detect);
-            if waiting >= self.cfg.detect {
-                PathState::Down
-            } else if waiting >= suspect_after && old == PathState::Up {
-                PathState::Suspect
-            } else {
-                old
-            }
-        } else {
-            old
-        };
-        self.set_state(now, new);
-        (new != old).then_some(new)
-    }
-
-    /// When the state may next change by timeout.
-    pub fn state_deadline(&self) -> Option<Instant> {
-        let t = self.first_unacked_time?;
-        (self.state != PathState::Down && self.available).then(|| {
-            let suspect_after = (self.rtt.smoothed() * 2 + self.rtt.var() * 4)
-                .max(self.cfg.detect / 3)
-                .min(self.cfg.detect);
-            if self.state == PathState::Up {
-                t + suspect_after
-            } else {
-                t + self.cfg.detect
-            }
-        })
-    }
-
-    /// When a keepalive probe is next due.
-    pub fn probe_deadline(&self) -> Option<Instant> {
-        if !self.available {
-            return None;
-        }
-        Some(
-            self.last_sent_time
-                .map_or(Instant::ZERO, |t| t + self.cfg.probe_interval),
-        )
     }
 }
 

@@ -1,7 +1,10 @@
 //! Record of recently sent datagrams on one path, indexed by `path_seq`.
 //!
 //! A fixed-size ring (bounded memory whatever the traffic): entry `seq % CAP` holds the
-//! datagram with that sequence number if it has not been overwritten by a newer one.
+//! datagram with that sequence number if it has not been overwritten by a newer one. The
+//! ring's memory is reserved up front but written only as sequence numbers reach it: a
+//! megabyte per path cleared at creation cost more than the traffic of a short-lived or
+//! idle path (and every path of every simulated session).
 //! Invariant: lookups check the stored sequence number, so a stale slot is never mistaken
 //! for the datagram being asked about.
 
@@ -29,7 +32,9 @@ pub struct SentRecord {
 /// The ring.
 #[derive(Debug, Clone)]
 pub struct SentRing {
-    slots: Box<[Option<SentRecord>]>,
+    /// Slots up to the highest index written so far (at most `CAP`); those beyond are
+    /// empty, as if held as `None`.
+    slots: Vec<Option<SentRecord>>,
 }
 
 impl Default for SentRing {
@@ -42,18 +47,23 @@ impl SentRing {
     /// An empty ring.
     pub fn new() -> Self {
         SentRing {
-            slots: vec![None; CAP].into_boxed_slice(),
+            slots: Vec::with_capacity(CAP),
         }
     }
 
     /// Remembers a datagram.
     pub fn insert(&mut self, rec: SentRecord) {
-        self.slots[rec.seq as usize % CAP] = Some(rec);
+        let i = rec.seq as usize % CAP;
+        if i >= self.slots.len() {
+            self.slots.resize(i + 1, None);
+        }
+        self.slots[i] = Some(rec);
     }
 
     /// The record of datagram `seq`, if still held.
     pub fn get(&self, seq: u32) -> Option<&SentRecord> {
-        self.slots[seq as usize % CAP]
+        self.slots
+            .get(seq as usize % CAP)?
             .as_ref()
             .filter(|r| r.seq == seq)
     }
@@ -79,5 +89,7 @@ mod tests {
         });
         assert!(r.get(5).is_none());
         assert!(r.get(5 + CAP as u32).is_some());
+        // Slots never written (here past 5) read as empty, whatever is asked.
+        assert!(r.get(6 + CAP as u32).is_none() && r.get(u32::MAX).is_none());
     }
 }

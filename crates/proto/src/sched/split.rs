@@ -22,7 +22,7 @@ use crate::policy::FlowKey;
 use crate::Instant;
 use arrayvec::ArrayVec;
 use core::time::Duration;
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// Most flows counted at once.
 pub const MAX_FLOWS: usize = 4096;
@@ -48,20 +48,16 @@ fn one_way(p: &PathView) -> f64 {
     p.forward_delay_s()
 }
 
-/// The paths a flow that has sent `flow_bytes` may use: the primary (lowest one-way delay)
-/// and every other path whose threshold it has passed.
-pub fn eligible(paths: &[PathView], flow_bytes: u64) -> ArrayVec<PathView, MAX_PATHS> {
+/// Keeps the paths a flow that has sent `flow_bytes` may use: the primary (lowest one-way
+/// delay) and every other path whose threshold it has passed. In place: a set of views is
+/// kilobytes (`MAX_PATHS` of them), too much to copy per packet.
+pub fn retain_eligible(paths: &mut ArrayVec<PathView, MAX_PATHS>, flow_bytes: u64) {
     let primary = preferred(paths)
         .min_by(|a, b| one_way(a).total_cmp(&one_way(b)).then(a.id.cmp(&b.id)))
         .copied();
-    let Some(p) = primary else {
-        return paths.iter().copied().collect();
-    };
-    paths
-        .iter()
-        .filter(|q| q.id == p.id || stripe_threshold(&p, q) <= flow_bytes)
-        .copied()
-        .collect()
+    if let Some(p) = primary {
+        paths.retain(|q| q.id == p.id || stripe_threshold(&p, q) <= flow_bytes);
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +69,7 @@ struct Seen {
 /// Bytes sent per flow in its current burst.
 #[derive(Debug, Default)]
 pub struct FlowMeter {
+    /// foldhash, not std's SipHash: looked up twice per aggregate packet.
     flows: HashMap<FlowKey, Seen>,
 }
 
@@ -92,7 +89,8 @@ impl FlowMeter {
 
     /// Counts `len` bytes sent by the flow at `now`.
     pub fn record(&mut self, now: Instant, key: FlowKey, len: usize) {
-        if !self.flows.contains_key(&key) && self.flows.len() >= MAX_FLOWS {
+        // Length first: the lookup is only needed once the table is full.
+        if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&key) {
             self.flows
                 .retain(|_, s| now.saturating_since(s.last) < IDLE);
             if self.flows.len() >= MAX_FLOWS {
@@ -136,8 +134,10 @@ mod tests {
     use crate::policy::parse_flow;
     use crate::sched::testutil::view;
 
-    fn ids(paths: &[PathView]) -> Vec<PathId> {
-        paths.iter().map(|p| p.id).collect()
+    fn eligible(paths: &[PathView], flow_bytes: u64) -> Vec<PathId> {
+        let mut v: ArrayVec<PathView, MAX_PATHS> = paths.iter().copied().collect();
+        retain_eligible(&mut v, flow_bytes);
+        v.iter().map(|p| p.id).collect()
     }
 
     #[test]
@@ -159,7 +159,7 @@ mod tests {
             view(0, PathState::Up, 80, 20.0),
             view(1, PathState::Up, 20, 50.0),
         ];
-        assert_eq!(ids(&eligible(&paths, 10_000)).as_slice(), &[PathId(1)]);
+        assert_eq!(eligible(&paths, 10_000), [PathId(1)]);
         assert_eq!(eligible(&paths, 1_000_000).len(), 2);
     }
 

@@ -501,10 +501,14 @@ impl Session {
                 take(s.path.probe_deadline());
             }
         }
-        take(
-            self.reorder
-                .deadline(self.reorder_hold(self.last_rx.unwrap_or_default())),
-        );
+        // The hold only matters behind a gap, and computing it is not free (this runs
+        // after every wake-up of the driver).
+        if self.reorder.has_gap() {
+            take(
+                self.reorder
+                    .deadline(self.reorder_hold(self.last_rx.unwrap_or_default())),
+            );
+        }
         take(self.pacing_deadline());
         t
     }
@@ -525,8 +529,10 @@ impl Session {
                 self.jobs.push_back(Job::Ping { path: s.path.id() });
             }
         }
-        let hold = self.reorder_hold(self.last_rx.unwrap_or_default());
-        self.reorder.on_timeout(now, hold, &mut self.deliver);
+        if self.reorder.has_gap() {
+            let hold = self.reorder_hold(self.last_rx.unwrap_or_default());
+            self.reorder.on_timeout(now, hold, &mut self.deliver);
+        }
         self.keys.expire_previous(now, Duration::from_secs(30));
     }
 

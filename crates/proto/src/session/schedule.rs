@@ -111,11 +111,10 @@ impl Session {
         };
         let len = head.len();
         let flow = parse_flow(head).map(|(k, _)| k);
-        let views = self.views(now);
-        let allowed = match flow {
-            Some(k) => split::eligible(&views, self.flow_meter.bytes(now, &k)),
-            None => views,
-        };
+        let mut allowed = self.views(now);
+        if let Some(k) = &flow {
+            split::retain_eligible(&mut allowed, self.flow_meter.bytes(now, k));
+        }
         let sel = self.aggregate.select(now, &allowed, len);
         if sel == Selection::Wait {
             self.set_app_limited(false);

@@ -252,6 +252,7 @@ impl World {
             client_dirty: vec![false; n_clients],
             buf: vec![0u8; 2048],
             pool: Vec::new(),
+            emit_buf: Vec::new(),
             last_fire: vec![(Duration::MAX, 0); 1 + n_clients],
             counters: Default::default(),
         };

@@ -146,6 +146,8 @@ pub struct World {
     /// Emptied datagram buffers: a datagram is copied out of `buf` into one of these
     /// rather than into a fresh allocation (a malloc/free pair per datagram otherwise).
     pool: Vec<Vec<u8>>,
+    /// The apps' output list, kept between events for its allocation.
+    emit_buf: Emit,
     /// Per endpoint node (server, clients): (instant, wake-ups at it), for the livelock guard.
     last_fire: Vec<(Duration, u32)>,
     counters: SimCounters,
@@ -212,7 +214,7 @@ impl World {
                 }
                 Node::Hop(h) => self.on_hop(h),
                 Node::App(a) => {
-                    let mut out = Emit::new();
+                    let mut out = std::mem::take(&mut self.emit_buf);
                     self.apps[a as usize].on_timer(now, &mut out);
                     self.emit(a, out);
                     self.rearm_app(a);
@@ -381,17 +383,18 @@ impl World {
             self.counters.unroutable += 1;
             return;
         };
-        let mut out = Emit::new();
+        let mut out = std::mem::take(&mut self.emit_buf);
         self.apps[a as usize].on_packet(now, side, &p, &mut out);
         self.emit(a, out);
         self.rearm_app(a);
     }
 
-    fn emit(&mut self, a: u32, out: Emit) {
+    fn emit(&mut self, a: u32, mut out: Emit) {
         let c = self.apps[a as usize].client;
-        for (side, pkt) in out {
+        for (side, pkt) in out.drain(..) {
             self.inject(c, side, pkt);
         }
+        self.emit_buf = out;
     }
 
     /// An app of client `c` sends `pkt` from `side`.
