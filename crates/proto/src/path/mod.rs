@@ -335,6 +335,7 @@ impl Path {
             min_rtt: self.rtt.min(),
             srtt: self.rtt.smoothed(),
             fwd_queue: self.fwd.smoothed(),
+            busy: self.rate.valid(),
         }
     }
 

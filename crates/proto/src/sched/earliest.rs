@@ -33,13 +33,19 @@ impl EarliestArrival {
 /// is at the delivery-rate estimate, or at the packet-pair capacity if that is higher:
 /// a path that was given little has a small estimate only because it was given little,
 /// and charging each packet at that estimate (112 ms per datagram at 0.1 Mbit/s) kept it
-/// from ever being given more (a 10 Mbit/s path unused for 11 s in simult-flows). Its
+/// from ever being given more (a 10 Mbit/s path unused for 11 s in simult-flows). Until
+/// a sample was taken while the path was busy (`bw_valid`) the estimate is only a lower
+/// bound and its pacing rate stands in (a path whose one app-limited sample read 7.5
+/// kbit/s, with no packet pair yet, was charged 1.6 s per datagram and never used). Its
 /// queue, if it has one, is in the forward delay.
 pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
-    let rate = if p.bandwidth_bps > 0.0 {
+    let rate = if p.bandwidth_bps > 0.0 && p.bw_valid {
         p.bandwidth_bps.max(p.capacity_bps)
     } else {
-        p.pacing_bps.max(1.0)
+        p.bandwidth_bps
+            .max(p.capacity_bps)
+            .max(p.pacing_bps)
+            .max(1.0)
     };
     p.forward_delay_s() + len as f64 / rate + p.loss * LOSS_COST_S
 }
@@ -97,6 +103,20 @@ mod tests {
         // A forward queue of 35 ms does.
         fast.fwd_queue = core::time::Duration::from_millis(35);
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
+    }
+
+    /// A path whose only samples were application-limited is judged by its pacing rate,
+    /// not by a lower bound that would keep it unused.
+    #[test]
+    fn an_unproven_estimate_does_not_exclude_a_path() {
+        let mut s = EarliestArrival::new();
+        let slow = view(1, PathState::Up, 60, 40.0);
+        let mut fresh = view(0, PathState::Up, 20, 0.001);
+        fresh.bw_valid = false;
+        fresh.pacing_bps = 6.5e6;
+        assert_eq!(s.select(Instant::ZERO, &[fresh, slow], 1500), one(fresh.id));
+        fresh.bw_valid = true;
+        assert_eq!(s.select(Instant::ZERO, &[fresh, slow], 1500), one(slow.id));
     }
 
     #[test]
