@@ -35,8 +35,13 @@ impl core::ops::Add<Duration> for Instant {
     type Output = Instant;
     /// Rounds up to the next microsecond, so a deadline `t + d` is never earlier than
     /// the moment `d` has fully elapsed (else a timer could fire and find nothing due).
+    /// In u64: `d`'s whole seconds are whole microseconds, so only its sub-second nanos
+    /// need rounding (this runs for every deadline of every path, per packet).
     fn add(self, d: Duration) -> Instant {
-        let us = d.as_nanos().div_ceil(1000).min(u64::MAX as u128) as u64;
+        let us = d
+            .as_secs()
+            .saturating_mul(1_000_000)
+            .saturating_add(u64::from(d.subsec_nanos().div_ceil(1000)));
         Instant(self.0.saturating_add(us))
     }
 }
@@ -51,6 +56,33 @@ impl core::ops::Sub<Duration> for Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The u64 addition rounds and saturates exactly as the u128 formula it replaced.
+    #[test]
+    fn add_rounds_and_saturates_as_the_u128_formula() {
+        let reference = |t: Instant, d: Duration| {
+            let us = d.as_nanos().div_ceil(1000).min(u64::MAX as u128) as u64;
+            Instant(t.0.saturating_add(us))
+        };
+        let instants = [0, 1, 999_999, 1 << 40, u64::MAX - 1_000_000, u64::MAX];
+        let durations = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_nanos(999),
+            Duration::from_nanos(1_001),
+            Duration::from_millis(333) / 7,
+            Duration::from_secs(1) - Duration::from_nanos(1),
+            Duration::new(12_345, 678_901_234),
+            Duration::new(u64::MAX / 1_000_000, 999_999_999),
+            Duration::new(u64::MAX / 1_000_000 + 1, 0),
+            Duration::MAX,
+        ];
+        for t in instants.map(Instant::from_micros) {
+            for d in durations {
+                assert_eq!(t + d, reference(t, d), "{t:?} + {d:?}");
+            }
+        }
+    }
 
     #[test]
     fn arithmetic_saturates() {

@@ -39,13 +39,11 @@ impl EarliestArrival {
 /// kbit/s, with no packet pair yet, was charged 1.6 s per datagram and never used). Its
 /// queue, if it has one, is in the forward delay.
 pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
+    let measured = p.bandwidth_bps.max(p.capacity_bps);
     let rate = if p.bandwidth_bps > 0.0 && p.bw_valid {
-        p.bandwidth_bps.max(p.capacity_bps)
+        measured
     } else {
-        p.bandwidth_bps
-            .max(p.capacity_bps)
-            .max(p.pacing_bps)
-            .max(1.0)
+        measured.max(p.pacing_bps).max(1.0)
     };
     p.forward_delay_s() + len as f64 / rate + p.loss * LOSS_COST_S
 }
