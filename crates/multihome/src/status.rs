@@ -61,6 +61,7 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                 "min_rtt_ms": v.min_rtt.as_secs_f64() * 1e3,
                 "fwd_queue_ms": v.fwd_queue.as_secs_f64() * 1e3,
                 "loss": v.loss,
+                "error_loss": v.error_loss,
                 "delivery_rate_bps": v.bandwidth_bps * 8.0,
                 "inflight_bytes": v.inflight_bytes,
                 "cwnd_bytes": v.cwnd_bytes,

@@ -189,7 +189,8 @@ impl RateControl {
         // ignores application-limited rounds too): a path the scheduler barely used kept
         // a first estimate of 7.5 kbit/s from one lone packet, left startup, and was
         // paced at the 64 kbit/s floor — unused for a whole 30-s lab run.
-        if !p.busy {
+        // A standing queue does say something, busy or not: the link is full.
+        if !p.busy && !standing_queue(p) {
             self.round_start = now;
             return;
         }
@@ -288,6 +289,11 @@ impl RateControl {
         });
     }
 
+    /// Whether a loss episode is being judged (its verdict is still to come).
+    pub fn judging(&self) -> bool {
+        self.check.is_some()
+    }
+
     /// A forward queueing-delay sample; returns the verdict when a pending loss check
     /// completes.
     pub fn on_queue_sample(&mut self, queue: Duration, p: PathNow) -> Verdict {
@@ -310,6 +316,11 @@ impl RateControl {
         self.check = None;
         if queued && shrinking {
             self.counters.congestion += 1;
+            // A queue overflowed: the pipe is full, whatever the estimate still does (BBR
+            // v2 leaves startup on loss too). Starting up on, a path overshoots again and
+            // again: an inner BBR flow over a 50 Mbit/s tbf kept both paths in startup
+            // for 14 s, paced at ~500 Mbit/s, with ten overflows on the slow one.
+            self.mode = Mode::Probe;
             if p.bw > 0.0 {
                 return Verdict::Decrease(p.bw * DECREASE);
             }
@@ -361,6 +372,22 @@ mod tests {
             );
         }
         assert!(c.in_startup());
+        // A queue standing above its target ends it, busy or not: the link is full (an
+        // inner BBR flow kept every sample application-limited, and startup lasted 14 s).
+        let mut queued = c.clone();
+        for _ in 0..3 {
+            t += 21;
+            queued.on_feedback(
+                now_ms(t),
+                PathNow {
+                    busy: false,
+                    fwd_queue: Duration::from_millis(15),
+                    ..path(1e4)
+                },
+            );
+        }
+        assert!(!queued.in_startup());
+        t -= 3 * 21;
         for _ in 0..4 {
             t += 21;
             c.on_feedback(now_ms(t), path(1e4));
@@ -481,11 +508,14 @@ mod tests {
     #[test]
     fn queue_overflow_is_congestion_random_loss_is_not() {
         let mut c = RateControl::new(Instant::ZERO);
+        assert!(c.in_startup());
         // Full queue at the loss (60 ms over a 20 ms base), draining after it.
         assert_eq!(
             verdict_after(&mut c, 80, [78, 74, 70]),
             Verdict::Decrease(0.8e6)
         );
+        // An overflow also ends startup: the pipe is full.
+        assert!(!c.in_startup());
         // Empty queue, jitter noise around the base: a transmission error.
         assert_eq!(verdict_after(&mut c, 20, [21, 20, 19]), Verdict::Keep);
         // Queue present but still growing: the loss did not relieve it.

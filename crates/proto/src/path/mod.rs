@@ -14,6 +14,7 @@
 
 mod control;
 mod liveness;
+mod loss;
 mod oneway;
 mod pacer;
 mod pair;
@@ -31,6 +32,7 @@ use crate::wire::AckFrame;
 use crate::Instant;
 use control::{PathNow, RateControl, Verdict};
 use core::time::Duration;
+use loss::LossRates;
 use oneway::ForwardDelay;
 use pacer::Pacer;
 use pair::PairMeter;
@@ -104,6 +106,8 @@ pub struct PathView {
     pub cwnd_bytes: u64,
     /// Recent loss rate, 0..=1.
     pub loss: f64,
+    /// Recent rate of losses judged transmission errors (not congestion), 0..=1.
+    pub error_loss: f64,
     /// Since when the path has been continuously `Up` (for failback hysteresis).
     pub up_since: Option<Instant>,
     /// Pacing rate, bytes/s.
@@ -186,8 +190,9 @@ pub struct Path {
     first_unacked_time: Option<Instant>,
     last_sent_time: Option<Instant>,
     last_data_sent: Option<Instant>,
-    last_feedback: Option<(u32, u64)>,
-    loss: f64,
+    /// Send time of the newest datagram a forward-queue sample was taken from.
+    fwd_sampled_sent: Option<Instant>,
+    losses: LossRates,
     rtt: RttEstimator,
     /// `liveness::suspect_after` of `rtt`, kept with it: the deadlines need it after
     /// every event, the RTT changes only with feedback.
@@ -226,8 +231,8 @@ impl Path {
             first_unacked_time: None,
             last_sent_time: None,
             last_data_sent: None,
-            last_feedback: None,
-            loss: 0.0,
+            fwd_sampled_sent: None,
+            losses: LossRates::default(),
             rtt,
             suspect_after: liveness::suspect_after(&rtt, cfg.detect),
             rate: DeliveryRate::new(now),
@@ -329,20 +334,40 @@ impl Path {
         ((2.0 * bdp + bw * reverse_queue.as_secs_f64()) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
     }
 
-    fn now_view(&self) -> PathNow {
+    /// Whether no data was sent after the datagram of the newest forward-queue sample:
+    /// then nothing of ours was added to the queue that sample read, and it drains.
+    fn fwd_idle(&self) -> bool {
+        match (self.last_data_sent, self.fwd_sampled_sent) {
+            (None, _) => true,
+            (Some(data), Some(sampled)) => data <= sampled,
+            (Some(_), None) => false,
+        }
+    }
+
+    /// The forward queue at `now`: the smoothed reading, drained by the time since it was
+    /// taken if we added nothing to it since.
+    fn fwd_queue_at(&self, now: Instant) -> Duration {
+        if self.fwd_idle() {
+            self.fwd.drained(now)
+        } else {
+            self.fwd.smoothed()
+        }
+    }
+
+    fn now_view(&self, now: Instant) -> PathNow {
         PathNow {
             bw: self.rate.bandwidth(),
             min_rtt: self.rtt.min(),
             srtt: self.rtt.smoothed(),
-            fwd_queue: self.fwd.smoothed(),
+            fwd_queue: self.fwd_queue_at(now),
             busy: self.rate.valid(),
         }
     }
 
-    /// Pacing rate, bytes/s.
-    pub fn pacing_rate(&self) -> f64 {
+    /// Pacing rate at `now`, bytes/s.
+    pub fn pacing_rate(&self, now: Instant) -> f64 {
         self.control
-            .pacing_rate(self.now_view(), INITIAL_CWND_BYTES)
+            .pacing_rate(self.now_view(now), INITIAL_CWND_BYTES)
     }
 
     /// Loss discrimination counters (congestion vs transmission error).
@@ -379,7 +404,7 @@ impl Path {
 
     /// The scheduler's view at `now`.
     pub fn view(&self, now: Instant) -> PathView {
-        let pacing_bps = self.pacing_rate();
+        let pacing_bps = self.pacing_rate(now);
         PathView {
             id: self.id,
             state: self.state,
@@ -389,13 +414,14 @@ impl Path {
             bandwidth_bps: self.rate.bandwidth(),
             inflight_bytes: self.inflight_bytes(),
             cwnd_bytes: self.cwnd_bytes(),
-            loss: self.loss,
+            loss: self.losses.all(),
+            error_loss: self.losses.errors(),
             up_since: self.up_since,
             pacing_bps,
             ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
-            fwd_queue: self.fwd.smoothed(),
+            fwd_queue: self.fwd_queue_at(now),
         }
     }
 
@@ -409,7 +435,7 @@ impl Path {
         self.next_seq = self.next_seq.wrapping_add(1);
         self.cum_sent_bytes += bytes as u64;
         let idle = self.first_unacked_time.is_none();
-        let pacing = self.pacing_rate();
+        let pacing = self.pacing_rate(now);
         if data && idle {
             // Idle for longer than the pacer kept it (twice this datagram's pacing
             // interval, at least the rate sampler's floor): the application had nothing
@@ -422,6 +448,11 @@ impl Path {
             }
         }
         if data {
+            if self.fwd_idle() {
+                // The queue drained while we sent nothing; this datagram adds to what is
+                // left, so from here on the reading must not keep draining.
+                self.fwd.settle(now);
+            }
             self.last_data_sent = Some(now);
         }
         // A keepalive proves no rate at all (its sample is its own tiny rate; taken as a
@@ -484,13 +515,32 @@ impl Path {
             self.rtt.on_sample(corrected);
             self.suspect_after = liveness::suspect_after(&self.rtt, self.cfg.detect);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
+            if self.fwd_idle() {
+                self.fwd.settle(now);
+            }
             let queue = self.fwd.on_sample(now, r.time, peer_receive_us);
-            if let Verdict::Decrease(bw) = self.control.on_queue_sample(queue, self.now_view()) {
+            self.fwd_sampled_sent = self.fwd_sampled_sent.max(Some(r.time));
+            let before = self.control.loss_counters();
+            if let Verdict::Decrease(bw) = self.control.on_queue_sample(queue, self.now_view(now)) {
                 self.rate.reset_to(now, bw);
             }
+            let after = self.control.loss_counters();
+            if after.congestion > before.congestion {
+                self.losses.settle_as_congestion();
+            } else if after.error > before.error {
+                self.losses.settle_as_errors();
+            }
         }
-        if self.update_loss(ack) {
-            self.control.on_loss(self.fwd.queue());
+        // Between two feedbacks, Δsent − Δreceived datagrams were lost. Whether they were
+        // congestion or transmission errors is known once the controller's verdict on the
+        // episode comes (`loss.rs`).
+        if let Some(interval) = self.losses.on_feedback(ack.largest, ack.recv_count) {
+            if interval.lost_any {
+                self.control.on_loss(self.fwd.queue());
+            }
+            if !self.control.judging() {
+                self.losses.settle_as_errors();
+            }
         }
         self.rate.on_ack(
             now,
@@ -498,11 +548,11 @@ impl Path {
             Some(peer_receive_us),
             rec.map(|r| (r.rate, r.time)),
         );
-        self.control.on_feedback(now, self.now_view());
+        self.control.on_feedback(now, self.now_view(now));
         // While a queue stands at the bottleneck the link is busy and delivers exactly its
         // capacity: remember maxima only over the last two RTTs, so a link that slowed
         // (Wi-Fi fade, cellular scheduling) is believed within a round trip, not seconds.
-        let window = if control::standing_queue(self.now_view()) {
+        let window = if control::standing_queue(self.now_view(now)) {
             (self.rtt.smoothed() * 4).max(Duration::from_millis(200))
         } else {
             (self.rtt.smoothed() * 10).clamp(Duration::from_secs(1), Duration::from_secs(4))
@@ -528,26 +578,6 @@ impl Path {
             s = s.wrapping_add(1);
         }
         None
-    }
-
-    /// Cumulative loss from (largest seq, received count) pairs: between two feedbacks,
-    /// `Δsent − Δreceived` datagrams were lost. EWMA weighted by interval size. Returns
-    /// whether this feedback revealed a new loss.
-    fn update_loss(&mut self, ack: &AckFrame) -> bool {
-        let mut new_loss = false;
-        let sent_upto = u64::from(ack.largest) + 1;
-        if let Some((prev_largest, prev_count)) = self.last_feedback {
-            let d_sent = sent_upto.saturating_sub(u64::from(prev_largest) + 1);
-            let d_recv = ack.recv_count.saturating_sub(prev_count);
-            if d_sent > 0 {
-                new_loss = d_sent > d_recv;
-                let lost = d_sent.saturating_sub(d_recv) as f64 / d_sent as f64;
-                let w = (d_sent as f64 / 64.0).min(1.0) * 0.25;
-                self.loss = self.loss * (1.0 - w) + lost * w;
-            }
-        }
-        self.last_feedback = Some((ack.largest, ack.recv_count));
-        new_loss
     }
 }
 

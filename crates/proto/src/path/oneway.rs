@@ -31,6 +31,8 @@ pub struct ForwardDelay {
     latest_queue_us: i64,
     /// EWMA (1/8, as the smoothed RTT) of the queue samples, µs.
     smoothed_queue_us: f64,
+    /// When the newest sample was taken (our clock).
+    sampled_at: Option<Instant>,
 }
 
 impl ForwardDelay {
@@ -54,7 +56,30 @@ impl ForwardDelay {
         let min = self.min_prev.map_or(cur, |p| p.min(cur));
         self.latest_queue_us = (owd - min).max(0);
         self.smoothed_queue_us += (self.latest_queue_us as f64 - self.smoothed_queue_us) / 8.0;
+        self.sampled_at = Some(now);
         self.queue()
+    }
+
+    /// The smoothed queue as it stands at `now` if nothing was added to it since the newest
+    /// sample: a queue drains at the link's rate, one second per second. Only the caller
+    /// knows whether it sent since (`Path` does); a reading kept as it was taken went stale
+    /// on a path the scheduler had stopped using — 30 ms on an idle 50 Mbit/s link, decaying
+    /// only by keepalive samples, kept it unused for seconds (`aggregate-bbr` lab test).
+    pub fn drained(&self, now: Instant) -> Duration {
+        let since = self
+            .sampled_at
+            .map_or(Duration::ZERO, |t| now.saturating_since(t));
+        self.smoothed().saturating_sub(since)
+    }
+
+    /// Commits `drained(now)` as the smoothed value (the sender is about to add to the
+    /// queue again, or a new sample is to be averaged in from what stood, not from what
+    /// stood before the idle time).
+    pub fn settle(&mut self, now: Instant) {
+        if self.sampled_at.is_some() {
+            self.smoothed_queue_us = self.drained(now).as_micros() as f64;
+            self.sampled_at = Some(now);
+        }
     }
 
     /// Smoothed forward queueing delay.
@@ -101,6 +126,25 @@ mod tests {
             q = f.on_sample(at(s * 1000), at(s * 1000), (s * 1_000_000 + 7_000) as u32);
         }
         assert_eq!(q, Duration::ZERO);
+    }
+
+    #[test]
+    fn an_idle_queue_drains_one_second_per_second() {
+        let mut f = ForwardDelay::default();
+        f.on_sample(at(0), at(0), 0);
+        // Eight samples 30 ms above the minimum: the EWMA reads most of it.
+        for i in 1..=16 {
+            f.on_sample(at(i), at(i), 30_000 + i as u32 * 1000);
+        }
+        let q = f.smoothed();
+        assert!(q > Duration::from_millis(25), "{q:?}");
+        assert_eq!(f.drained(at(16)), q);
+        assert_eq!(f.drained(at(26)), q - Duration::from_millis(10));
+        assert_eq!(f.drained(at(100)), Duration::ZERO);
+        // Settling keeps what is left; a later sample averages in from there.
+        f.settle(at(26));
+        assert_eq!(f.smoothed(), q - Duration::from_millis(10));
+        assert_eq!(f.drained(at(26)), f.smoothed());
     }
 
     proptest! {

@@ -14,6 +14,18 @@ fn at(ms: u64) -> Instant {
 /// Sends one 1000-byte datagram every `gap_ms` for `n` rounds over a link with one-way
 /// delay `owd_ms`, dropping datagram i when `drop(i)`; feedback is delivered after owd too.
 fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, Path) {
+    run_with(n, gap_ms, |_| owd_ms, owd_ms, drop)
+}
+
+/// `run` with a forward one-way delay `fwd_ms(i)` for datagram i (a queue comes and
+/// goes) and a fixed reverse one.
+fn run_with(
+    n: u64,
+    gap_ms: u64,
+    fwd_ms: impl Fn(u64) -> u64,
+    owd_ms: u64,
+    drop: impl Fn(u64) -> bool,
+) -> (Path, Path) {
     let cfg = PathConfig::from_detect(Duration::from_secs(1));
     let mut tx = Path::new(PathId(0), addr(), at(0), cfg);
     let mut rx = Path::new(PathId(0), addr(), at(0), cfg);
@@ -44,7 +56,7 @@ fn run(n: u64, gap_ms: u64, owd_ms: u64, drop: impl Fn(u64) -> bool) -> (Path, P
         });
         let seq = tx.on_sent(now, 1000, SentKind::Data);
         if !drop(i) {
-            arrivals.push((now + Duration::from_millis(owd_ms), seq));
+            arrivals.push((now + Duration::from_millis(fwd_ms(i)), seq));
         }
         tx.update_state(now);
     }
@@ -69,6 +81,49 @@ fn loss_rate_tracks_drops() {
     let (tx, _) = run(5000, 1, 5, |i| i % 10 == 3);
     let loss = tx.view(Instant::ZERO).loss;
     assert!((0.07..0.13).contains(&loss), "loss {loss}");
+}
+
+/// A forward queue we stop adding to drains one second per second: the scheduler sees an
+/// unused path as it is now, not as it was when last measured (a 30 ms reading kept an
+/// idle 50 Mbit/s link unused for seconds). Once we send on it again, the reading stays
+/// where it was until feedback says more.
+#[test]
+fn an_unused_path_forgets_its_queue_at_the_drain_rate() {
+    // 10 ms one way, then 30 ms of queue on every datagram from the 100th on.
+    let (mut tx, _) = run_with(400, 1, |i| if i < 100 { 10 } else { 40 }, 10, |_| false);
+    // The last datagram left at 399 ms; its ACK and the ones before it are still due.
+    let last = at(399);
+    let q = tx.view(last).fwd_queue;
+    assert!(q >= Duration::from_millis(25), "{q:?}");
+    // Still sending (data left after every sampled datagram): no drain assumed.
+    assert_eq!(tx.view(at(420)).fwd_queue, q);
+    // The last datagram (399, sent at 399 ms, 30 ms queued) is acknowledged with nothing
+    // new sent: the path is idle from here. The peer's clock equals ours in `run_with`.
+    let idle_from = at(449);
+    let ack = AckFrame {
+        path: 0,
+        largest: 399,
+        ack_delay_us: 0,
+        recv_count: 400,
+        recv_bytes: 400 * 1000,
+    };
+    tx.on_ack(idle_from, &ack, 439_000);
+    let q = tx.view(idle_from).fwd_queue;
+    assert!(q >= Duration::from_millis(25), "{q:?}");
+    assert_eq!(
+        tx.view(idle_from + Duration::from_millis(10)).fwd_queue,
+        q - Duration::from_millis(10)
+    );
+    assert_eq!(
+        tx.view(idle_from + Duration::from_millis(100)).fwd_queue,
+        Duration::ZERO
+    );
+    // Sending again commits what is left; it no longer drains by itself.
+    let resume = idle_from + Duration::from_millis(20);
+    tx.on_sent(resume, 1000, SentKind::Data);
+    let left = q - Duration::from_millis(20);
+    assert_eq!(tx.view(resume).fwd_queue, left);
+    assert_eq!(tx.view(resume + Duration::from_millis(50)).fwd_queue, left);
 }
 
 #[test]

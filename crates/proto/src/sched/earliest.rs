@@ -45,14 +45,17 @@ pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
     } else {
         measured.max(p.pacing_bps).max(1.0)
     };
-    p.forward_delay_s() + len as f64 / rate + p.loss * LOSS_COST_S
+    p.forward_delay_s() + len as f64 / rate + p.error_loss * LOSS_COST_S
 }
 
 /// What a lost packet costs, in seconds of delay: the inner TCP needs about a round
-/// trip to repair it and halves its window. Charged at the path's loss rate, so a path
-/// losing 1 % of its packets looks 10 ms further away (seed 004: a clean slow link beats
-/// a lossy fast one for TCP). Loss never lowers the path's *rate* unless it is judged
-/// congestion (`path/control.rs`); it only makes the path less preferred.
+/// trip to repair it and halves its window. Charged at the path's rate of transmission
+/// errors, so a path losing 1 % of its packets to noise looks 10 ms further away (seed
+/// 004: a clean slow link beats a lossy fast one for TCP). Such loss never lowers the
+/// path's *rate*; it only makes the path less preferred. Congestion losses are not
+/// charged here: the rate controller lowers the rate for them (`path/control.rs`), and
+/// charged as delay too they kept a path that had overshot once unused long after its
+/// queue had drained (`path/loss.rs`).
 const LOSS_COST_S: f64 = 1.0;
 
 impl Scheduler for EarliestArrival {

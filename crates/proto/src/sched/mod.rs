@@ -83,6 +83,7 @@ pub(crate) mod testutil {
             inflight_bytes: 0,
             cwnd_bytes: 1 << 20,
             loss: 0.0,
+            error_loss: 0.0,
             up_since: Some(Instant::ZERO),
             pacing_bps: mbit * 1e6 / 8.0,
             ready_at: Instant::ZERO,
