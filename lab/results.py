@@ -17,8 +17,15 @@ from lab.netns import REPO_ROOT
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
+# Result folders: files there are what benchmarks write, not code, so they do not make a tree
+# dirty (a run's own output, or the previous run's uncommitted result, flagged every
+# crosscheck and every second benchmark of a series as built from modified code).
+RESULT_PATHS = ("bench/results", "sim/results")
+
+
 def git_revision() -> tuple[str, bool]:
-    """``(short revision or "norev", dirty)`` of the work tree."""
+    """``(short revision or "norev", dirty)`` of the work tree; dirty means a file outside
+    the result folders differs from the revision."""
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         cwd=REPO_ROOT,
@@ -27,7 +34,11 @@ def git_revision() -> tuple[str, bool]:
         check=False,
     )
     status = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        ["git", "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in RESULT_PATHS)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     name = rev.stdout.strip() if rev.returncode == 0 else "norev"
     return name, bool(status.stdout.strip())

@@ -3,7 +3,9 @@
 //!
 //! The rate is the bottleneck bandwidth estimate (windowed maximum of delivery-rate
 //! samples, `rate.rs`) times a gain:
-//! - **startup**: gain 2 until the estimate stops growing by a quarter for three rounds;
+//! - **startup**: gain 2 until the estimate stops growing by a quarter for three rounds
+//!   (rounds count when a sample was taken while the path was busy, or a queue stands),
+//!   or a loss is judged congestion;
 //! - **probing**, steered by the forward queue (`oneway.rs`): gain 1.25 while the queue
 //!   is below half its target (the link is not being filled: find out how much more it
 //!   gives), 1 within the target, 0.9 above it (drain). The target is
