@@ -120,6 +120,20 @@ mod tests {
         assert_eq!(s.select(Instant::ZERO, &[fresh, slow], 1500), one(slow.id));
     }
 
+    /// Losses the rate controller judged congestion (an overshoot that overflowed the
+    /// link's queue) do not push a path away; transmission errors do (seed 004: a clean
+    /// slow link beats a lossy fast one for TCP).
+    #[test]
+    fn only_transmission_errors_are_charged_as_delay() {
+        let mut s = EarliestArrival::new();
+        let mut fast = view(0, PathState::Up, 20, 50.0);
+        let slow = view(1, PathState::Up, 40, 20.0);
+        fast.loss = 0.10;
+        assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(fast.id));
+        fast.error_loss = 0.02;
+        assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
+    }
+
     #[test]
     fn waits_when_every_path_is_paced_or_full() {
         let mut s = EarliestArrival::new();
