@@ -127,12 +127,15 @@ const PEAK_KEEP: f64 = 0.993;
 /// A loss is a queue overflow only if the queue was at least this share of its peak.
 const NEAR_PEAK: f64 = 0.6;
 
-/// What the path must do after feedback.
+/// The outcome of a forward-queue sample for loss discrimination.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Verdict {
-    /// Nothing.
+    /// No loss episode was judged by this sample.
     Keep,
-    /// Congestion: lower the bandwidth estimate to this (bytes/s).
+    /// The episode was a transmission error: the rate stays.
+    Error,
+    /// The episode was congestion: lower the bandwidth estimate to this (bytes/s; 0 when
+    /// there was no estimate to lower).
     Decrease(f64),
 }
 
@@ -323,13 +326,10 @@ impl RateControl {
             // again: an inner BBR flow over a 50 Mbit/s tbf kept both paths in startup
             // for 14 s, paced at ~500 Mbit/s, with ten overflows on the slow one.
             self.mode = Mode::Probe;
-            if p.bw > 0.0 {
-                return Verdict::Decrease(p.bw * DECREASE);
-            }
-            Verdict::Keep
+            Verdict::Decrease(p.bw * DECREASE)
         } else {
             self.counters.error += 1;
-            Verdict::Keep
+            Verdict::Error
         }
     }
 }
@@ -352,6 +352,15 @@ mod tests {
         }
     }
 
+    /// Feeds `n` rounds of 21 ms (one min_rtt of `path`) after `t` ms; returns the last.
+    fn rounds(c: &mut RateControl, mut t: u64, n: usize, p: PathNow) -> u64 {
+        for _ in 0..n {
+            t += 21;
+            c.on_feedback(now_ms(t), p);
+        }
+        t
+    }
+
     /// A tiny first estimate (application-limited samples of the inner TCP's own slow
     /// start) does not pull a starting path below its initial window per round trip;
     /// once probing, the estimate rules.
@@ -362,38 +371,27 @@ mod tests {
         assert_eq!(c.pacing_rate(path(1e4), 64_000), HIGH_GAIN * initial);
         assert_eq!(c.pacing_rate(path(4e6), 64_000), HIGH_GAIN * 4e6);
         // Rounds without a busy sample do not end startup.
-        let mut t = 0;
-        for _ in 0..10 {
-            t += 21;
-            c.on_feedback(
-                now_ms(t),
-                PathNow {
-                    busy: false,
-                    ..path(1e4)
-                },
-            );
-        }
+        let idle = PathNow {
+            busy: false,
+            ..path(1e4)
+        };
+        let t = rounds(&mut c, 0, 10, idle);
         assert!(c.in_startup());
         // A queue standing above its target ends it, busy or not: the link is full (an
         // inner BBR flow kept every sample application-limited, and startup lasted 14 s).
         let mut queued = c.clone();
-        for _ in 0..3 {
-            t += 21;
-            queued.on_feedback(
-                now_ms(t),
-                PathNow {
-                    busy: false,
-                    fwd_queue: Duration::from_millis(15),
-                    ..path(1e4)
-                },
-            );
-        }
+        let queue = Duration::from_millis(15);
+        rounds(
+            &mut queued,
+            t,
+            3,
+            PathNow {
+                fwd_queue: queue,
+                ..idle
+            },
+        );
         assert!(!queued.in_startup());
-        t -= 3 * 21;
-        for _ in 0..4 {
-            t += 21;
-            c.on_feedback(now_ms(t), path(1e4));
-        }
+        rounds(&mut c, t, 4, path(1e4));
         assert!(!c.in_startup());
         assert_eq!(c.pacing_rate(path(1e4), 64_000), PROBE_UP * 1e4);
     }
@@ -519,9 +517,9 @@ mod tests {
         // An overflow also ends startup: the pipe is full.
         assert!(!c.in_startup());
         // Empty queue, jitter noise around the base: a transmission error.
-        assert_eq!(verdict_after(&mut c, 20, [21, 20, 19]), Verdict::Keep);
+        assert_eq!(verdict_after(&mut c, 20, [21, 20, 19]), Verdict::Error);
         // Queue present but still growing: the loss did not relieve it.
-        assert_eq!(verdict_after(&mut c, 40, [41, 43, 44]), Verdict::Keep);
+        assert_eq!(verdict_after(&mut c, 40, [41, 43, 44]), Verdict::Error);
         assert_eq!(
             c.loss_counters(),
             LossCounters {

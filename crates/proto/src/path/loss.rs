@@ -34,13 +34,6 @@ pub struct LossRates {
     pending: Option<(f64, f64)>,
 }
 
-/// What one feedback interval showed.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Interval {
-    /// Whether any datagram of the interval was lost.
-    pub lost_any: bool,
-}
-
 impl LossRates {
     /// Every loss, 0..=1.
     pub fn all(&self) -> f64 {
@@ -55,13 +48,15 @@ impl LossRates {
 
     /// Feedback: datagrams up to path sequence `largest` sent, `recv_count` received in
     /// total. The interval joins the pending update until one of the `settle_as_*` calls.
-    pub fn on_feedback(&mut self, largest: u32, recv_count: u64) -> Option<Interval> {
+    /// Returns whether any datagram of the interval was lost.
+    pub fn on_feedback(&mut self, largest: u32, recv_count: u64) -> bool {
         let sent_upto = u64::from(largest) + 1;
-        let prev = self.last.replace((sent_upto, recv_count));
-        let (prev_sent, prev_recv) = prev?;
+        let Some((prev_sent, prev_recv)) = self.last.replace((sent_upto, recv_count)) else {
+            return false;
+        };
         let sent = sent_upto.saturating_sub(prev_sent);
         if sent == 0 {
-            return None;
+            return false;
         }
         let lost = sent.saturating_sub(recv_count.saturating_sub(prev_recv));
         let share = lost as f64 / sent as f64;
@@ -71,7 +66,7 @@ impl LossRates {
             Some((keep, add)) => (keep * (1.0 - w), add * (1.0 - w) + share * w),
             None => (1.0 - w, share * w),
         });
-        Some(Interval { lost_any: lost > 0 })
+        lost > 0
     }
 
     /// Applies what was pending: no loss episode is being judged (the interval had no loss
@@ -114,7 +109,7 @@ mod tests {
     fn congestion_counts_in_all_but_not_in_errors() {
         let mut r = LossRates::default();
         let (mut seq, mut recv) = (0, 0);
-        assert_eq!(r.on_feedback(seq, recv), None);
+        assert!(!r.on_feedback(seq, recv));
         feed(&mut r, &mut seq, &mut recv, 20, 8, false);
         assert!((r.all() - 0.125).abs() < 0.01, "{}", r.all());
         assert_eq!(r.errors(), 0.0);

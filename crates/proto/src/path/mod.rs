@@ -190,8 +190,6 @@ pub struct Path {
     first_unacked_time: Option<Instant>,
     last_sent_time: Option<Instant>,
     last_data_sent: Option<Instant>,
-    /// Send time of the newest datagram a forward-queue sample was taken from.
-    fwd_sampled_sent: Option<Instant>,
     losses: LossRates,
     rtt: RttEstimator,
     /// `liveness::suspect_after` of `rtt`, kept with it: the deadlines need it after
@@ -231,7 +229,6 @@ impl Path {
             first_unacked_time: None,
             last_sent_time: None,
             last_data_sent: None,
-            fwd_sampled_sent: None,
             losses: LossRates::default(),
             rtt,
             suspect_after: liveness::suspect_after(&rtt, cfg.detect),
@@ -334,32 +331,12 @@ impl Path {
         ((2.0 * bdp + bw * reverse_queue.as_secs_f64()) as u64 + 16 * 1024).max(MIN_CWND_BYTES)
     }
 
-    /// Whether no data was sent after the datagram of the newest forward-queue sample:
-    /// then nothing of ours was added to the queue that sample read, and it drains.
-    fn fwd_idle(&self) -> bool {
-        match (self.last_data_sent, self.fwd_sampled_sent) {
-            (None, _) => true,
-            (Some(data), Some(sampled)) => data <= sampled,
-            (Some(_), None) => false,
-        }
-    }
-
-    /// The forward queue at `now`: the smoothed reading, drained by the time since it was
-    /// taken if we added nothing to it since.
-    fn fwd_queue_at(&self, now: Instant) -> Duration {
-        if self.fwd_idle() {
-            self.fwd.drained(now)
-        } else {
-            self.fwd.smoothed()
-        }
-    }
-
     fn now_view(&self, now: Instant) -> PathNow {
         PathNow {
             bw: self.rate.bandwidth(),
             min_rtt: self.rtt.min(),
             srtt: self.rtt.smoothed(),
-            fwd_queue: self.fwd_queue_at(now),
+            fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
             busy: self.rate.valid(),
         }
     }
@@ -404,7 +381,8 @@ impl Path {
 
     /// The scheduler's view at `now`.
     pub fn view(&self, now: Instant) -> PathView {
-        let pacing_bps = self.pacing_rate(now);
+        let path_now = self.now_view(now);
+        let pacing_bps = self.control.pacing_rate(path_now, INITIAL_CWND_BYTES);
         PathView {
             id: self.id,
             state: self.state,
@@ -421,7 +399,7 @@ impl Path {
             ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
-            fwd_queue: self.fwd_queue_at(now),
+            fwd_queue: path_now.fwd_queue,
         }
     }
 
@@ -448,11 +426,7 @@ impl Path {
             }
         }
         if data {
-            if self.fwd_idle() {
-                // The queue drained while we sent nothing; this datagram adds to what is
-                // left, so from here on the reading must not keep draining.
-                self.fwd.settle(now);
-            }
+            self.fwd.on_data_sent(now, self.last_data_sent);
             self.last_data_sent = Some(now);
         }
         // A keepalive proves no rate at all (its sample is its own tiny rate; taken as a
@@ -515,32 +489,28 @@ impl Path {
             self.rtt.on_sample(corrected);
             self.suspect_after = liveness::suspect_after(&self.rtt, self.cfg.detect);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
-            if self.fwd_idle() {
-                self.fwd.settle(now);
-            }
-            let queue = self.fwd.on_sample(now, r.time, peer_receive_us);
-            self.fwd_sampled_sent = self.fwd_sampled_sent.max(Some(r.time));
-            let before = self.control.loss_counters();
-            if let Verdict::Decrease(bw) = self.control.on_queue_sample(queue, self.now_view(now)) {
-                self.rate.reset_to(now, bw);
-            }
-            let after = self.control.loss_counters();
-            if after.congestion > before.congestion {
-                self.losses.settle_as_congestion();
-            } else if after.error > before.error {
-                self.losses.settle_as_errors();
+            let queue = self
+                .fwd
+                .on_sample(now, r.time, peer_receive_us, self.last_data_sent);
+            match self.control.on_queue_sample(queue, self.now_view(now)) {
+                Verdict::Keep => {}
+                Verdict::Error => self.losses.settle_as_errors(),
+                Verdict::Decrease(bw) => {
+                    if bw > 0.0 {
+                        self.rate.reset_to(now, bw);
+                    }
+                    self.losses.settle_as_congestion();
+                }
             }
         }
         // Between two feedbacks, Δsent − Δreceived datagrams were lost. Whether they were
         // congestion or transmission errors is known once the controller's verdict on the
         // episode comes (`loss.rs`).
-        if let Some(interval) = self.losses.on_feedback(ack.largest, ack.recv_count) {
-            if interval.lost_any {
-                self.control.on_loss(self.fwd.queue());
-            }
-            if !self.control.judging() {
-                self.losses.settle_as_errors();
-            }
+        if self.losses.on_feedback(ack.largest, ack.recv_count) {
+            self.control.on_loss(self.fwd.queue());
+        }
+        if !self.control.judging() {
+            self.losses.settle_as_errors();
         }
         self.rate.on_ack(
             now,

@@ -8,7 +8,9 @@
 //! that brings an ACK tells when the peer received the acknowledged datagram, in the peer's
 //! clock: `send_time_us − ack_delay_us`. Our send time of that datagram is known, so
 //! `peer_receive − local_send` is the one-way delay plus an unknown, constant clock offset;
-//! its windowed minimum removes the offset, and what is left is the forward queue.
+//! its windowed minimum removes the offset, and what is left is the forward queue. While
+//! we add nothing to it (no data sent after the sampled datagram), a reading drains one
+//! second per second (`queue_at`): an unused path is judged as it is now.
 //!
 //! Invariants: clocks are 32-bit microsecond counters that wrap (every 71 min); all
 //! arithmetic is relative to the first sample, in wrapping/serial form, so a wrap never
@@ -33,13 +35,26 @@ pub struct ForwardDelay {
     smoothed_queue_us: f64,
     /// When the newest sample was taken (our clock).
     sampled_at: Option<Instant>,
+    /// Our send time of the newest sampled datagram.
+    sampled_sent: Option<Instant>,
 }
 
 impl ForwardDelay {
     /// Records one sample: our datagram sent at `sent` (our clock) reached the peer at
-    /// `peer_receive_us` (the peer's clock, low 32 bits). Returns the forward queueing
-    /// delay this sample shows.
-    pub fn on_sample(&mut self, now: Instant, sent: Instant, peer_receive_us: u32) -> Duration {
+    /// `peer_receive_us` (the peer's clock, low 32 bits); our newest data left at
+    /// `last_data_sent`. Returns the forward queueing delay this sample shows.
+    pub fn on_sample(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        peer_receive_us: u32,
+        last_data_sent: Option<Instant>,
+    ) -> Duration {
+        // Average the new sample in from what stood after the idle time, not before it.
+        if self.idle(last_data_sent) {
+            self.settle(now);
+        }
+        self.sampled_sent = self.sampled_sent.max(Some(sent));
         let raw = peer_receive_us.wrapping_sub(sent.as_micros() as u32);
         let base = *self.base.get_or_insert(raw);
         let owd = i64::from(raw.wrapping_sub(base) as i32);
@@ -60,24 +75,44 @@ impl ForwardDelay {
         self.queue()
     }
 
-    /// The smoothed queue as it stands at `now` if nothing was added to it since the newest
-    /// sample: a queue drains at the link's rate, one second per second. Only the caller
-    /// knows whether it sent since (`Path` does); a reading kept as it was taken went stale
-    /// on a path the scheduler had stopped using — 30 ms on an idle 50 Mbit/s link, decaying
-    /// only by keepalive samples, kept it unused for seconds (`aggregate-bbr` lab test).
-    pub fn drained(&self, now: Instant) -> Duration {
+    /// Whether nothing of ours was added to the queue the newest sample read: no data left
+    /// after the sampled datagram (`last_data_sent`: when our newest data left).
+    fn idle(&self, last_data_sent: Option<Instant>) -> bool {
+        match (last_data_sent, self.sampled_sent) {
+            (None, _) => true,
+            (Some(data), Some(sampled)) => data <= sampled,
+            (Some(_), None) => false,
+        }
+    }
+
+    /// The forward queue at `now`. While idle (see `idle`), the smoothed reading drains one
+    /// second per second, as a queue does at the link's rate when nothing is added to it.
+    /// Kept as taken, a reading went stale on a path the scheduler had stopped using:
+    /// 30 ms on an idle 50 Mbit/s link, decaying only by keepalive samples, kept it unused
+    /// for seconds (the lab's `aggregate-bbr` test).
+    pub fn queue_at(&self, now: Instant, last_data_sent: Option<Instant>) -> Duration {
+        if !self.idle(last_data_sent) {
+            return self.smoothed();
+        }
         let since = self
             .sampled_at
             .map_or(Duration::ZERO, |t| now.saturating_since(t));
         self.smoothed().saturating_sub(since)
     }
 
-    /// Commits `drained(now)` as the smoothed value (the sender is about to add to the
-    /// queue again, or a new sample is to be averaged in from what stood, not from what
-    /// stood before the idle time).
-    pub fn settle(&mut self, now: Instant) {
+    /// Data leaves now; our previous data left at `last_data_sent`. If the path was idle,
+    /// what drained is committed: this datagram adds to what is left, and from here on
+    /// the reading stays until a sample says more.
+    pub fn on_data_sent(&mut self, now: Instant, last_data_sent: Option<Instant>) {
+        if self.idle(last_data_sent) {
+            self.settle(now);
+        }
+    }
+
+    /// Commits the drained reading at `now` (call only while idle).
+    fn settle(&mut self, now: Instant) {
         if self.sampled_at.is_some() {
-            self.smoothed_queue_us = self.drained(now).as_micros() as f64;
+            self.smoothed_queue_us = self.queue_at(now, None).as_micros() as f64;
             self.sampled_at = Some(now);
         }
     }
@@ -108,22 +143,33 @@ mod tests {
         // Peer clock 3 000 s ahead; base one-way delay 10 ms.
         let offset = 3_000_000_000u64;
         let peer = |sent_ms: u64, owd_ms: u64| ((sent_ms + owd_ms) * 1000 + offset) as u32;
-        assert_eq!(f.on_sample(at(10), at(0), peer(0, 10)), Duration::ZERO);
         assert_eq!(
-            f.on_sample(at(30), at(5), peer(5, 25)),
+            f.on_sample(at(10), at(0), peer(0, 10), None),
+            Duration::ZERO
+        );
+        assert_eq!(
+            f.on_sample(at(30), at(5), peer(5, 25), None),
             Duration::from_millis(15)
         );
-        assert_eq!(f.on_sample(at(40), at(20), peer(20, 10)), Duration::ZERO);
+        assert_eq!(
+            f.on_sample(at(40), at(20), peer(20, 10), None),
+            Duration::ZERO
+        );
     }
 
     #[test]
     fn a_drifting_clock_is_forgotten_after_the_window() {
         let mut f = ForwardDelay::default();
-        f.on_sample(at(0), at(0), 5_000);
+        f.on_sample(at(0), at(0), 5_000, None);
         // The peer's clock runs 2 ms later after a long time: the old minimum expires.
         let mut q = Duration::ZERO;
         for s in 1..=30u64 {
-            q = f.on_sample(at(s * 1000), at(s * 1000), (s * 1_000_000 + 7_000) as u32);
+            q = f.on_sample(
+                at(s * 1000),
+                at(s * 1000),
+                (s * 1_000_000 + 7_000) as u32,
+                None,
+            );
         }
         assert_eq!(q, Duration::ZERO);
     }
@@ -131,20 +177,21 @@ mod tests {
     #[test]
     fn an_idle_queue_drains_one_second_per_second() {
         let mut f = ForwardDelay::default();
-        f.on_sample(at(0), at(0), 0);
+        f.on_sample(at(0), at(0), 0, Some(at(0)));
         // Eight samples 30 ms above the minimum: the EWMA reads most of it.
         for i in 1..=16 {
-            f.on_sample(at(i), at(i), 30_000 + i as u32 * 1000);
+            f.on_sample(at(i), at(i), 30_000 + i as u32 * 1000, Some(at(i)));
         }
         let q = f.smoothed();
+        let last = Some(at(16));
         assert!(q > Duration::from_millis(25), "{q:?}");
-        assert_eq!(f.drained(at(16)), q);
-        assert_eq!(f.drained(at(26)), q - Duration::from_millis(10));
-        assert_eq!(f.drained(at(100)), Duration::ZERO);
-        // Settling keeps what is left; a later sample averages in from there.
-        f.settle(at(26));
+        assert_eq!(f.queue_at(at(16), last), q);
+        assert_eq!(f.queue_at(at(26), last), q - Duration::from_millis(10));
+        assert_eq!(f.queue_at(at(100), last), Duration::ZERO);
+        // Sending again keeps what is left; it no longer drains by itself.
+        f.on_data_sent(at(26), last);
         assert_eq!(f.smoothed(), q - Duration::from_millis(10));
-        assert_eq!(f.drained(at(26)), f.smoothed());
+        assert_eq!(f.queue_at(at(40), Some(at(26))), f.smoothed());
     }
 
     proptest! {
@@ -156,7 +203,7 @@ mod tests {
             for i in 0..n as u64 {
                 let sent = Instant::from_micros(u64::from(start) + i * 20_000);
                 let peer = (sent.as_micros() as u32).wrapping_add(offset);
-                prop_assert_eq!(f.on_sample(sent, sent, peer), Duration::ZERO);
+                prop_assert_eq!(f.on_sample(sent, sent, peer, Some(sent)), Duration::ZERO);
             }
         }
     }
