@@ -1,12 +1,17 @@
 //! The event queue: one timer per simulated component, in time order.
 //!
 //! Every component (a hop, an endpoint, a traffic source) has a `NodeId` and at most one
-//! armed wake-up. Re-arming pushes a new heap entry and records its time; entries whose
-//! time no longer matches the node's armed time are stale and skipped when popped (lazy
-//! deletion, cheaper than a decrease-key heap). Ties are broken by insertion order, so
-//! the order of events — and therefore the whole run — depends only on the inputs.
+//! armed wake-up. Re-arming pushes a new heap entry and records its key; entries whose
+//! key is no longer the node's live key are stale and skipped when popped (lazy deletion,
+//! cheaper than a decrease-key heap). Ties are broken by the order of arming (a node
+//! re-armed to a time it had before takes its place from the new arming), so the order of
+//! events — and therefore the whole run — depends only on the inputs.
 //! Entries are keyed by one `u128` (time in ns, then sequence): one comparison per heap
 //! step instead of a chain over `Duration`'s fields, on the simulator's hottest path.
+//! A world of at most `SCAN_MAX` nodes (one client–server pair: a dozen) skips the heap:
+//! each node's live key sits in a small array and `pop` takes its minimum by a linear scan,
+//! which beats a heap of lazily deleted entries at that size. Both modes order events by
+//! the same key, so a run is identical in either.
 //!
 //! Invariants: `pop` never returns a time earlier than the previous one; a node is woken
 //! at most once per armed time.
@@ -51,11 +56,20 @@ fn ns(t: Duration) -> u64 {
 /// Index of a component.
 pub type NodeId = u32;
 
+/// Worlds of at most this many nodes find the next event by scanning (see the module doc).
+const SCAN_MAX: usize = 32;
+/// Key of a disarmed node in scan mode (above every real key: time < 2^64 - 1 ns).
+const NO_KEY: u128 = u128::MAX;
+
 /// Time-ordered wake-ups with one armed time per node.
 #[derive(Debug, Default)]
 pub struct EventQueue {
     heap: BinaryHeap<Reverse<Entry>>,
     armed: Vec<Option<Duration>>,
+    /// Each node's live key, `NO_KEY` when disarmed.
+    keys: Vec<u128>,
+    /// Whether `pop` scans `keys` instead of using the heap.
+    scan: bool,
     seq: u64,
     now: Duration,
     /// Events delivered (stale entries excluded).
@@ -67,6 +81,8 @@ impl EventQueue {
     pub fn new(nodes: usize) -> Self {
         EventQueue {
             armed: vec![None; nodes],
+            keys: vec![NO_KEY; nodes],
+            scan: nodes <= SCAN_MAX,
             ..Default::default()
         }
     }
@@ -84,9 +100,12 @@ impl EventQueue {
             return;
         }
         *slot = at;
-        if let Some(t) = at {
+        let key = at.map(|t| {
             self.seq += 1;
-            let key = (u128::from(ns(t)) << 64) | u128::from(self.seq);
+            (u128::from(ns(t)) << 64) | u128::from(self.seq)
+        });
+        self.keys[node as usize] = key.unwrap_or(NO_KEY);
+        if let (false, Some(key)) = (self.scan, key) {
             self.heap.push(Reverse(Entry { key, node }));
         }
     }
@@ -94,21 +113,39 @@ impl EventQueue {
     /// The next live event at or before `until`: (time, node); the node is disarmed.
     pub fn pop(&mut self, until: Duration) -> Option<(Duration, NodeId)> {
         let until = ns(until);
+        if self.scan {
+            return self.pop_scan(until);
+        }
         while let Some(&Reverse(Entry { key, node })) = self.heap.peek() {
             if (key >> 64) as u64 > until {
                 return None;
             }
             self.heap.pop();
             // Stale: the node was re-armed (or disarmed) since this entry was pushed.
-            let Some(t) = self.armed[node as usize].filter(|&t| ns(t) == (key >> 64) as u64) else {
+            if self.keys[node as usize] != key {
                 continue;
-            };
-            self.armed[node as usize] = None;
+            }
+            self.keys[node as usize] = NO_KEY;
+            let t = self.armed[node as usize]
+                .take()
+                .expect("a live key is armed");
             self.now = t;
             self.fired += 1;
             return Some((t, node));
         }
         None
+    }
+
+    fn pop_scan(&mut self, until: u64) -> Option<(Duration, NodeId)> {
+        let (node, &key) = self.keys.iter().enumerate().min_by_key(|&(_, k)| *k)?;
+        if key == NO_KEY || (key >> 64) as u64 > until {
+            return None;
+        }
+        self.keys[node] = NO_KEY;
+        let t = self.armed[node].take().expect("a live key is armed");
+        self.now = t;
+        self.fired += 1;
+        Some((t, node as NodeId))
     }
 }
 
@@ -122,7 +159,14 @@ mod tests {
 
     #[test]
     fn rearming_replaces_and_ties_keep_insertion_order() {
-        let mut q = EventQueue::new(3);
+        // Scan mode (3 nodes) and heap mode (padded beyond SCAN_MAX with idle nodes).
+        for nodes in [3, SCAN_MAX + 1] {
+            rearming_replaces_and_ties_keep_insertion_order_with(nodes);
+        }
+    }
+
+    fn rearming_replaces_and_ties_keep_insertion_order_with(nodes: usize) {
+        let mut q = EventQueue::new(nodes);
         q.arm(0, Some(ms(5)));
         q.arm(1, Some(ms(3)));
         q.arm(2, Some(ms(3)));
@@ -139,5 +183,32 @@ mod tests {
         assert_eq!(q.pop(ms(10)), None);
         q.arm(1, None);
         assert_eq!(q.pop(ms(100)), None);
+        // A node re-armed to a time it had before ranks from its latest arming.
+        q.arm(0, Some(ms(20)));
+        q.arm(0, Some(ms(30)));
+        q.arm(1, Some(ms(20)));
+        q.arm(0, Some(ms(20)));
+        assert_eq!(q.pop(ms(100)), Some((ms(20), 1)));
+        assert_eq!(q.pop(ms(100)), Some((ms(20), 0)));
+    }
+
+    proptest::proptest! {
+        /// The scan mode pops exactly what the heap mode pops, for any arm/pop sequence.
+        #[test]
+        fn scan_and_heap_modes_agree(
+            ops in proptest::collection::vec((0u32..8, proptest::option::of(0u64..6), 0u64..4), 0..200)
+        ) {
+            let mut scan = EventQueue::new(8);
+            let mut heap = EventQueue::new(SCAN_MAX + 1);
+            for (node, at, until) in ops {
+                let now = scan.now();
+                let at = at.map(|d| now + ms(d));
+                scan.arm(node, at);
+                heap.arm(node, at);
+                let until = now + ms(until);
+                proptest::prop_assert_eq!(scan.pop(until), heap.pop(until));
+            }
+            proptest::prop_assert_eq!(scan.fired, heap.fired);
+        }
     }
 }

@@ -250,7 +250,6 @@ impl World {
             server_dirty: false,
             dirty: Vec::new(),
             client_dirty: vec![false; n_clients],
-            buf: vec![0u8; 2048],
             pool: Vec::new(),
             emit_buf: Vec::new(),
             last_fire: vec![(Duration::MAX, 0); 1 + n_clients],

@@ -64,10 +64,17 @@ const STUCK_AFTER: u32 = 10_000;
 /// Datagram buffers kept for reuse (enough for every datagram in flight on a busy world;
 /// beyond it buffers are freed as usual).
 const POOL_MAX: usize = 4096;
+/// Length of a datagram buffer: room for any datagram the core builds (its MTU is below).
+const BUF_LEN: usize = 2048;
 
 /// A datagram (tunnel) or bare IP packet (no tunnel) on a link.
+///
+/// A tunnel datagram is built by the core straight into `bytes` (a pooled buffer of
+/// `BUF_LEN`, of which the first `len` bytes are the datagram) and opened in place at the
+/// far end: its bytes are never copied on the way.
 pub struct Envelope {
     bytes: Vec<u8>,
+    len: usize,
     src: SocketAddr,
     /// (sequence in its sender's transmit order, approximate inner packet bytes) of a
     /// data-carrying tunnel datagram (set only when tracing reorder).
@@ -142,9 +149,8 @@ pub struct World {
     server_dirty: bool,
     dirty: Vec<u32>,
     client_dirty: Vec<bool>,
-    buf: Vec<u8>,
-    /// Emptied datagram buffers: a datagram is copied out of `buf` into one of these
-    /// rather than into a fresh allocation (a malloc/free pair per datagram otherwise).
+    /// Datagram buffers of `BUF_LEN` bytes, reused: the core builds each datagram into
+    /// one (a malloc/free pair and a copy per datagram otherwise).
     pool: Vec<Vec<u8>>,
     /// The apps' output list, kept between events for its allocation.
     emit_buf: Emit,
@@ -314,7 +320,7 @@ impl World {
     fn enqueue(&mut self, h: u32, env: Envelope) {
         let now = self.now();
         let hop = &mut self.hops[h as usize];
-        let bytes = env.bytes.len() as u64 + hop.overhead;
+        let bytes = env.len as u64 + hop.overhead;
         hop.pipe.enqueue(now, env, bytes);
         self.counters.hop_packets += 1;
         self.rearm_hop(h);
@@ -344,7 +350,7 @@ impl World {
                     self.record_arrival(c, UP, env.tag);
                 }
                 if let Some(s) = self.server.as_mut() {
-                    s.handle_datagram(now, env.src, &mut env.bytes);
+                    s.handle_datagram(now, env.src, &mut env.bytes[..env.len]);
                     self.server_dirty = true;
                 }
                 self.recycle(env.bytes);
@@ -352,13 +358,13 @@ impl World {
             Next::Client(c, l) => {
                 self.record_arrival(c, DOWN, env.tag);
                 if let Some(ep) = self.clients[c as usize].ep.as_mut() {
-                    ep.handle_datagram(now, PathId(l), env.src, &mut env.bytes);
+                    ep.handle_datagram(now, PathId(l), env.src, &mut env.bytes[..env.len]);
                     self.mark(c);
                 }
                 self.recycle(env.bytes);
             }
-            Next::OriginRaw => self.deliver(Side::Origin, &env.bytes),
-            Next::ClientRaw => self.deliver(Side::Client, &env.bytes),
+            Next::OriginRaw => self.deliver(Side::Origin, &env.bytes[..env.len]),
+            Next::ClientRaw => self.deliver(Side::Client, &env.bytes[..env.len]),
         }
     }
 
@@ -429,6 +435,7 @@ impl World {
 
     fn enqueue_raw(&mut self, hop: u32, bytes: Vec<u8>) {
         let env = Envelope {
+            len: bytes.len(),
             bytes,
             src: SocketAddr::V4(SERVER_ADDR),
             tag: None,
@@ -466,16 +473,26 @@ impl World {
                 let Some(ep) = self.clients[c as usize].ep.as_mut() else {
                     return;
                 };
-                let Some(t) = ep.poll_transmit(pi(now), &mut self.buf) else {
+                let mut bytes = self.pool.pop().unwrap_or_else(|| vec![0; BUF_LEN]);
+                let Some(t) = ep.poll_transmit(pi(now), &mut bytes) else {
+                    self.pool.push(bytes);
                     break;
                 };
                 work = true;
                 self.counters.datagrams += 1;
-                let bytes = self.datagram(t.len);
-                let tag = self.tag(c, UP, &bytes);
+                let tag = self.tag(c, UP, &bytes[..t.len]);
                 let hop = self.clients[c as usize].links[usize::from(t.path.0)].0;
                 let src = client_addr(c, t.path.0);
-                self.enqueue(hop, Envelope { bytes, src, tag });
+                let len = t.len;
+                self.enqueue(
+                    hop,
+                    Envelope {
+                        bytes,
+                        len,
+                        src,
+                        tag,
+                    },
+                );
             }
             while let Some(p) = self.clients[c as usize]
                 .ep
@@ -508,7 +525,9 @@ impl World {
                 let Some(s) = self.server.as_mut() else {
                     return;
                 };
-                let Some(t) = s.poll_transmit(pi(now), &mut self.buf) else {
+                let mut bytes = self.pool.pop().unwrap_or_else(|| vec![0; BUF_LEN]);
+                let Some(t) = s.poll_transmit(pi(now), &mut bytes) else {
+                    self.pool.push(bytes);
                     break;
                 };
                 work = true;
@@ -517,13 +536,22 @@ impl World {
                     .filter(|&(c, l)| c < self.n_clients && usize::from(l) < self.links_of(c))
                 else {
                     self.counters.unroutable += 1;
+                    self.recycle(bytes);
                     continue;
                 };
-                let bytes = self.datagram(t.len);
-                let tag = self.tag(c, DOWN, &bytes);
+                let tag = self.tag(c, DOWN, &bytes[..t.len]);
                 let hop = self.clients[c as usize].links[usize::from(l)].1;
                 let src = SocketAddr::V4(SERVER_ADDR);
-                self.enqueue(hop, Envelope { bytes, src, tag });
+                let len = t.len;
+                self.enqueue(
+                    hop,
+                    Envelope {
+                        bytes,
+                        len,
+                        src,
+                        tag,
+                    },
+                );
             }
             while let Some(p) = self.server.as_mut().and_then(|s| s.poll_deliver()) {
                 work = true;
@@ -539,16 +567,10 @@ impl World {
         self.q.arm(0, t);
     }
 
-    /// The first `len` bytes of `buf`, in a recycled buffer when one is free.
-    fn datagram(&mut self, len: usize) -> Vec<u8> {
-        let mut v = self.pool.pop().unwrap_or_default();
-        v.extend_from_slice(&self.buf[..len]);
-        v
-    }
-
-    fn recycle(&mut self, mut v: Vec<u8>) {
-        if self.pool.len() < POOL_MAX {
-            v.clear();
+    /// Keeps a datagram buffer for the next datagram (bare packets of the no-tunnel
+    /// baseline, allocated by the apps at their own size, are simply freed).
+    fn recycle(&mut self, v: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && v.len() == BUF_LEN {
             self.pool.push(v);
         }
     }
