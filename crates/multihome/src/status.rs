@@ -39,6 +39,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "no_key_drops": sc.no_key_drops,
         "tx_compressed": sc.tx_compressed,
         "rx_decompress_errors": sc.rx_decompress_errors,
+        "reinjected": sc.reinjected,
     })
 }
 

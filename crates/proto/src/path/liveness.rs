@@ -13,11 +13,19 @@ use crate::Instant;
 use core::time::Duration;
 
 /// How long the oldest unacknowledged datagram may wait before an `Up` path turns
-/// `Suspect`: two RTTs plus four deviations, between a third of the detection time and all
+/// `Suspect`: two RTTs plus four deviations, between a tenth of the detection time and all
 /// of it. The path keeps it (`Path::suspect_after`), updated with every RTT sample.
+///
+/// Why this soon: a path leaving `Up` is where failover starts — `best` moves to another
+/// path and the failing path's unacknowledged data is reinjected (`session/reinject.rs`) —
+/// and each millisecond before it is a millisecond of the inner flow's stall. A false
+/// suspicion costs little: the path returns to `Up` with its next ACK, and the reinjected
+/// copies are dropped as duplicates. The floor (100 ms at the default detection time, a
+/// third of it before reinjection existed) keeps a path with a tiny RTT from being
+/// suspected over a scheduling hiccup.
 pub(super) fn suspect_after(rtt: &RttEstimator, detect: Duration) -> Duration {
     (rtt.smoothed() * 2 + rtt.var() * 4)
-        .max(detect / 3)
+        .max(detect / 10)
         .min(detect)
 }
 

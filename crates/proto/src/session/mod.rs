@@ -18,6 +18,7 @@ mod delay;
 mod holes;
 mod inbound;
 mod keyring;
+mod reinject;
 mod schedule;
 mod transmit;
 
@@ -120,6 +121,8 @@ pub struct SessionCounters {
     pub tx_compressed: u64,
     /// Compressed packets that could not be restored (unknown context, failed checksum).
     pub rx_decompress_errors: u64,
+    /// Data packets queued again because the path they were on failed (`reinject.rs`).
+    pub reinjected: u64,
 }
 
 /// One session.
@@ -148,11 +151,15 @@ pub struct Session {
     delay: delay::DelayTracker,
     compressor: Compressor,
     decompressor: Decompressor,
+    /// Data of failed paths waiting to be sent again (`reinject.rs`).
+    reinject: VecDeque<reinject::Reinjection>,
 }
 
 struct PathSlot {
     path: Path,
     ping_queued: bool,
+    /// Data packets sent on the path and not yet acknowledged.
+    in_flight: reinject::InFlight,
 }
 
 const MAX_JOBS: usize = 4096;
@@ -192,6 +199,7 @@ impl Session {
             delay: delay::DelayTracker::default(),
             compressor: Compressor::default(),
             decompressor: Decompressor::default(),
+            reinject: VecDeque::new(),
         }
     }
 
@@ -238,6 +246,7 @@ impl Session {
                 self.paths.push(PathSlot {
                     path: Path::new(id, remote, now, cfg),
                     ping_queued: false,
+                    in_flight: reinject::InFlight::default(),
                 });
                 self.paths.len() - 1
             }
@@ -250,8 +259,10 @@ impl Session {
         if let Some(s) = find_slot(&mut self.paths, id) {
             let before = s.path.state();
             s.path.set_available(now, available);
-            if s.path.state() != before {
-                self.events.push_back(Event::PathState(id, s.path.state()));
+            let after = s.path.state();
+            if after != before {
+                self.events.push_back(Event::PathState(id, after));
+                self.on_path_failing(id, after);
             }
         }
     }
@@ -391,6 +402,7 @@ impl Session {
                         // it sealed this one: its clock, for one-way delay and rates.
                         let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
                         s.path.on_ack(now, &a, peer_receive);
+                        s.in_flight.on_ack(a.largest);
                         if s.path.state() != before {
                             let st = s.path.state();
                             self.events.push_back(Event::PathState(PathId(a.path), st));
@@ -519,8 +531,11 @@ impl Session {
         for i in 0..self.paths.len() {
             let s = &mut self.paths[i];
             if let Some(st) = s.path.update_state(now) {
-                self.events.push_back(Event::PathState(s.path.id(), st));
+                let id = s.path.id();
+                self.events.push_back(Event::PathState(id, st));
+                self.on_path_failing(id, st);
             }
+            let s = &mut self.paths[i];
             if s.path.ack_deadline().is_some_and(|d| d <= now) {
                 self.jobs.push_back(Job::Ack { path: s.path.id() });
             }

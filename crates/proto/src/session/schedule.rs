@@ -104,6 +104,18 @@ impl Session {
         if self.jobs.len() >= MAX_JOBS {
             return;
         }
+        // Data of a failed path goes first (`reinject.rs`): it is older than anything queued.
+        if let Some(len) = self.reinject.front().map(|r| r.packet.len()) {
+            let views = self.views(now);
+            let sel = self.aggregate.select(now, &views, len);
+            if sel == Selection::Wait {
+                self.wait_for_pacer(now, &views, len);
+            } else if let Some(r) = self.reinject.pop_front() {
+                self.pace_wake = None;
+                self.push_data_jobs(sel, r.data_seq, r.flags, r.packet);
+            }
+            return;
+        }
         let Some(head) = self.agg_queue.head(now) else {
             // Nothing to send: whatever room the paths have is unused.
             self.set_app_limited(true);
@@ -117,14 +129,7 @@ impl Session {
         }
         let sel = self.aggregate.select(now, &allowed, len);
         if sel == Selection::Wait {
-            self.set_app_limited(false);
-            // Wake up when the first pacer that could take it opens; a path without
-            // window is waiting for feedback, which wakes us anyway.
-            self.pace_wake = allowed
-                .iter()
-                .filter(|v| v.usable() && v.has_window(len) && v.ready_at > now)
-                .map(|v| v.ready_at)
-                .min();
+            self.wait_for_pacer(now, &allowed, len);
             return;
         }
         self.pace_wake = None;
@@ -140,8 +145,22 @@ impl Session {
         self.push_data_jobs(sel, seq, flags, pkt);
     }
 
-    /// When a closed pacer opens for the queued aggregate packet that is waiting for it.
+    /// No path may send the `len`-byte packet now: the paths are busy, not idle.
+    fn wait_for_pacer(&mut self, now: Instant, allowed: &[PathView], len: usize) {
+        self.set_app_limited(false);
+        // Wake up when the first pacer that could take it opens; a path without
+        // window is waiting for feedback, which wakes us anyway.
+        self.pace_wake = allowed
+            .iter()
+            .filter(|v| v.usable() && v.has_window(len) && v.ready_at > now)
+            .map(|v| v.ready_at)
+            .min();
+    }
+
+    /// When a closed pacer opens for the queued aggregate packet (or reinjection) that is
+    /// waiting for it.
     pub(super) fn pacing_deadline(&self) -> Option<Instant> {
-        self.pace_wake.filter(|_| !self.agg_queue.is_empty())
+        self.pace_wake
+            .filter(|_| !self.agg_queue.is_empty() || !self.reinject.is_empty())
     }
 }

@@ -161,6 +161,12 @@ impl Session {
             Job::Ack { .. } | Job::Close { .. } => SentKind::AckOnly,
         };
         let path_seq = slot.path.on_sent(now, total, kind);
+        if let Job::Data {
+            seq, flags, packet, ..
+        } = job
+        {
+            slot.in_flight.on_sent(path_seq, *seq, *flags, packet);
+        }
         InnerHeader {
             path_seq,
             send_time_us: now.as_micros() as u32,
