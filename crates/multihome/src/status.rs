@@ -40,6 +40,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "tx_compressed": sc.tx_compressed,
         "rx_decompress_errors": sc.rx_decompress_errors,
         "reinjected": sc.reinjected,
+        "repaired": sc.repaired,
     })
 }
 

@@ -223,6 +223,11 @@ impl ReorderBuffer {
         }
     }
 
+    /// How long the current gap has been open, if one is.
+    pub fn gap_age(&self, now: Instant) -> Option<Duration> {
+        self.gap_since.map(|t| now.saturating_since(t))
+    }
+
     /// When the current gap will be given up on.
     pub fn deadline(&self, hold: Duration) -> Option<Instant> {
         self.gap_since.map(|t| t + hold)

@@ -203,6 +203,8 @@ pub struct Path {
     // Receiver side.
     pair: PairMeter,
     rx_largest: Option<(u32, Instant)>,
+    /// Datagrams found missing (first `path_seq`, count) and not yet reported in a NACK.
+    rx_nack: Option<(u32, u16)>,
     rx_count: u64,
     rx_bytes: u64,
     unacked_rx: u32,
@@ -239,6 +241,7 @@ impl Path {
             app_limited: false,
             pair: PairMeter::new(u64::from(id.0) + 1),
             rx_largest: None,
+            rx_nack: None,
             rx_count: 0,
             rx_bytes: 0,
             unacked_rx: 0,

@@ -1,12 +1,21 @@
 //! Receiver side of a path: counts what arrives, measures packet pairs, and decides when
-//! feedback (ACK, PAIR) is due — immediately on PING or every `ACK_EVERY` eliciting
-//! datagrams, else after `MAX_ACK_DELAY`.
+//! feedback (ACK, PAIR, NACK) is due — immediately on PING or on a gap in `path_seq`, every
+//! `ACK_EVERY` eliciting datagrams, else after `MAX_ACK_DELAY`.
+//!
+//! A gap is a loss: a path delivers in order (links are FIFO), so datagrams numbered
+//! between the largest seen and a newer one that arrived will not come. They are reported
+//! at once in a NACK so the sender can repair the data they carried (`session/reinject.rs`)
+//! while the reorder buffer still holds the hole.
 //!
 //! Invariant: counts are cumulative since the path was created, so a lost ACK costs
-//! nothing but delay (the next one carries the totals).
+//! nothing but delay (the next one carries the totals); a NACK is best effort (lost, its
+//! holes are left to the reorder buffer's hold and the inner transport).
 
 use super::{Path, ACK_EVERY, MAX_ACK_DELAY};
-use crate::wire::{AckFrame, PairFrame};
+use crate::wire::{AckFrame, NackFrame, PairFrame};
+
+/// Most datagrams one gap may report (a longer run is an outage, which liveness handles).
+const MAX_NACK_RUN: u32 = 256;
 use crate::Instant;
 
 /// What the receiver learns from one authenticated datagram on a path.
@@ -40,21 +49,63 @@ impl Path {
         self.rx_bytes += bytes as u64;
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += bytes as u64;
+        let mut gap = false;
+        if let Some((l, _)) = self.rx_largest {
+            let ahead = path_seq.wrapping_sub(l) as i32;
+            if ahead > 1 && (ahead as u32 - 1) <= MAX_NACK_RUN {
+                self.note_missing(l.wrapping_add(1), ahead as u32 - 1);
+                gap = true;
+            }
+        }
         if self
             .rx_largest
             .is_none_or(|(l, _)| path_seq.wrapping_sub(l) as i32 > 0)
         {
             self.rx_largest = Some((path_seq, now));
         }
-        if !eliciting {
+        if !eliciting && !gap {
             return;
         }
         self.unacked_rx += 1;
-        if ping || self.unacked_rx >= ACK_EVERY {
+        if ping || gap || self.unacked_rx >= ACK_EVERY {
             self.ack_deadline = Some(now);
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + MAX_ACK_DELAY);
         }
+    }
+
+    /// Adds `count` datagrams from `first` to the pending NACK (one range: the union with
+    /// what is pending, which may re-report a datagram that arrived — a harmless duplicate).
+    fn note_missing(&mut self, first: u32, count: u32) {
+        // Wrapping order: `b` is after `a` if it is less than half the number space ahead.
+        let after = |a: u32, b: u32| b.wrapping_sub(a) as i32 > 0;
+        let (start, end) = match self.rx_nack {
+            Some((f, c)) => {
+                let (e1, e2) = (f.wrapping_add(u32::from(c)), first.wrapping_add(count));
+                (
+                    if after(f, first) { f } else { first },
+                    if after(e1, e2) { e2 } else { e1 },
+                )
+            }
+            None => (first, first.wrapping_add(count)),
+        };
+        let run = end.wrapping_sub(start).min(MAX_NACK_RUN);
+        self.rx_nack = Some((start, run as u16));
+    }
+
+    /// The pending NACK, if any, marked sent.
+    pub fn take_nack(&mut self) -> Option<NackFrame> {
+        let (first, count) = self.rx_nack.take()?;
+        Some(NackFrame {
+            path: self.id.0,
+            first,
+            count,
+        })
+    }
+
+    /// Whether a NACK is waiting to be sent.
+    pub fn has_nack(&self) -> bool {
+        self.rx_nack.is_some()
     }
 
     /// When an ACK for this path is due.

@@ -123,6 +123,8 @@ pub struct SessionCounters {
     pub rx_decompress_errors: u64,
     /// Data packets queued again because the path they were on failed (`reinject.rs`).
     pub reinjected: u64,
+    /// Ordered data packets sent again because the peer reported their datagram lost.
+    pub repaired: u64,
 }
 
 /// One session.
@@ -415,6 +417,7 @@ impl Session {
                     eliciting = true;
                 }
                 Ok(Frame::Close) => self.events.push_back(Event::Closed),
+                Ok(Frame::Nack(n)) => self.on_nack(n),
                 Ok(Frame::Pair(p)) => {
                     if let Some(s) = find_slot(&mut self.paths, PathId(p.path)) {
                         s.path.on_pair_report(p.capacity_kbps);
@@ -464,8 +467,20 @@ impl Session {
         // Margin for what the estimate cannot see: timestamps are taken when a datagram is
         // built, not when the driver's batch leaves, and arrival times per receive batch.
         // What late packets taught the buffer comes on top (`ReorderBuffer::extra`).
-        (spread + (spread / 4).max(Duration::from_millis(10)) + self.reorder.extra(now))
+        let hold = spread + (spread / 4).max(Duration::from_millis(10)) + self.reorder.extra(now);
+        // A lost packet is repaired (`reinject.rs`) once its NACK has crossed back and the
+        // copy has crossed again: the hold must last that long, or the repair lands behind
+        // a hole already given up on.
+        hold.max(self.repair_wait())
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
+    }
+
+    /// How long a repair takes, at most: about one round trip, averaged over the lossy
+    /// path (unknown here) and the fastest one, plus the same margin as the hold.
+    pub(super) fn repair_wait(&self) -> Duration {
+        let (lo, hi) = self.live_rtt_range();
+        let rtt = (lo + hi) / 2;
+        rtt + (rtt / 4).max(Duration::from_millis(10))
     }
 
     /// Lowest and highest smoothed RTT over live (not Down) measured paths; zeros if none.

@@ -1,5 +1,6 @@
 //! Reinjection: the data a failing path still holds unacknowledged is sent again on the
-//! paths that work.
+//! paths that work; and repair: ordered data whose datagram the peer reports lost (NACK)
+//! is sent again.
 //!
 //! Why: when a link dies mid-transfer, every packet sent on it since its last feedback is
 //! lost, and the inner TCP learns of it only by duplicate ACKs or its retransmission timer
@@ -19,6 +20,15 @@
 //! filling its hole without teaching the reorder buffer that packets come late.
 //! Redundant copies are never reinjected: redundancy already sent them on every path.
 //!
+//! Repair: the peer sees a gap in a path's `path_seq` as soon as the next datagram arrives
+//! on that path (paths are FIFO) and reports it in a NACK. The ordered (`aggregate`) data
+//! those datagrams carried is queued again, keeping its ORDERED flag, while the receiver's
+//! reorder buffer still holds the hole (its hold covers a repair: `Session::reorder_hold`).
+//! So a loss on one path — a drop-tail overflow, a radio error — never reaches the inner
+//! TCP, whose congestion signal is the ingress queue's CoDel drops (each path's rate is the
+//! rate controller's business). `best` packets are not repaired: nothing paces them but
+//! the inner TCP, which must see its losses.
+//!
 //! Invariants: memory is bounded (`MAX_IN_FLIGHT` packets per path, `MAX_REINJECT` in the
 //! queue; the oldest go first when full, being the likeliest already recovered); a packet
 //! is reinjected at most once per path failure it was caught in.
@@ -26,7 +36,7 @@
 use super::Session;
 use crate::path::{PathId, PathState};
 use crate::policy::Policy;
-use crate::wire::DataFlags;
+use crate::wire::{DataFlags, NackFrame};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -104,9 +114,44 @@ impl InFlight {
     fn drain(&mut self) -> impl Iterator<Item = Sent> + '_ {
         self.sent.drain(..)
     }
+
+    /// Removes and returns the packets of datagrams `first .. first + count`.
+    fn take_range(&mut self, first: u32, count: u16) -> Vec<Sent> {
+        let inside = |s: &Sent| s.path_seq.wrapping_sub(first) < u32::from(count);
+        let taken: Vec<Sent> = self.sent.iter().filter(|s| inside(s)).cloned().collect();
+        if !taken.is_empty() {
+            self.sent.retain(|s| !inside(s));
+        }
+        taken
+    }
 }
 
 impl Session {
+    fn queue_again(&mut self, r: Reinjection) {
+        if self.reinject.len() >= MAX_REINJECT {
+            self.reinject.pop_front();
+        }
+        self.reinject.push_back(r);
+    }
+
+    /// The peer lost datagrams on a path: repair the ordered data they carried.
+    pub(super) fn on_nack(&mut self, n: NackFrame) {
+        let Some(slot) = self.slot_mut(PathId(n.path)) else {
+            return;
+        };
+        for s in slot.in_flight.take_range(n.first, n.count) {
+            if !s.flags.ordered() {
+                continue;
+            }
+            self.counters.repaired += 1;
+            self.queue_again(Reinjection {
+                data_seq: s.data_seq,
+                flags: s.flags,
+                packet: s.packet,
+            });
+        }
+    }
+
     /// After path `id` changed to `state`: if it left `Up` while another path is `Up`, its
     /// unacknowledged data joins the reinjection queue.
     pub(super) fn on_path_failing(&mut self, id: PathId, state: PathState) {
@@ -126,11 +171,8 @@ impl Session {
         };
         let caught: Vec<Sent> = slot.in_flight.drain().collect();
         for s in caught {
-            if self.reinject.len() >= MAX_REINJECT {
-                self.reinject.pop_front();
-            }
             self.counters.reinjected += 1;
-            self.reinject.push_back(Reinjection {
+            self.queue_again(Reinjection {
                 data_seq: s.data_seq,
                 // Unordered: it fills its hole, or is dropped as a duplicate.
                 flags: DataFlags::new(s.flags.policy_code(), false),
@@ -165,6 +207,22 @@ mod tests {
         // An old ACK (reordered feedback) acknowledges nothing more.
         f.on_ack(u32::MAX - 5);
         assert_eq!(f.len(), 1);
+    }
+
+    #[test]
+    fn a_nacked_range_is_taken_out_across_wrap() {
+        let mut f = InFlight::default();
+        for (i, seq) in [u32::MAX - 1, u32::MAX, 0, 1, 2].into_iter().enumerate() {
+            f.on_sent(seq, i as u64, aggregate(), &pkt());
+        }
+        let lost: Vec<u64> = f
+            .take_range(u32::MAX, 2)
+            .iter()
+            .map(|s| s.data_seq)
+            .collect();
+        assert_eq!(lost, vec![1, 2]);
+        assert_eq!(f.len(), 3);
+        assert!(f.take_range(5, 10).is_empty(), "nothing sent there");
     }
 
     #[test]

@@ -11,7 +11,8 @@ use crate::crypto::TAG_LEN;
 use crate::header_compress::Encoding;
 use crate::path::{PathId, SentKind};
 use crate::wire::{
-    outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, PairFrame, DATA_HEADER_LEN,
+    outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame, PairFrame,
+    DATA_HEADER_LEN,
 };
 use crate::Instant;
 use std::net::SocketAddr;
@@ -109,15 +110,25 @@ impl Session {
             .cfg
             .max_datagram
             .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN + body);
-        let ack = if room >= AckFrame::LEN {
+        // A pending NACK travels with the ACK and before it: the peer must see which
+        // datagrams were lost before the ACK makes it forget everything below `largest`.
+        let nack_len = if slot.path.has_nack() {
+            NackFrame::LEN
+        } else {
+            0
+        };
+        let ack = if room >= AckFrame::LEN + nack_len {
             slot.path.take_ack(now, true)
         } else {
             None
         };
         if let Some(a) = &ack {
+            if let Some(n) = slot.path.take_nack() {
+                w.nack(&n).ok()?;
+            }
             w.ack(a).ok()?;
             // Packet-pair reports ride with ACKs (6 bytes, only when the estimate moved).
-            if room >= AckFrame::LEN + PairFrame::LEN {
+            if room >= AckFrame::LEN + nack_len + PairFrame::LEN {
                 if let Some(p) = slot.path.take_pair_report() {
                     w.pair(&p).ok()?;
                 }

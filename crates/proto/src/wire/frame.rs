@@ -13,6 +13,9 @@
 //!               DATA does
 //! TCP   (0x07): ctx u8 | data_seq u64 | flags u8 | changing header fields + payload, to the
 //!               end of the datagram — one TCP/IPv4 packet compressed against `ctx`
+//! NACK  (0x08): path u8 | first_path_seq u32 | count u16 — datagrams `first ..
+//!               first + count` never arrived on that path (the receiver saw a later one):
+//!               the sender repairs the ordered data they carried (`session/reinject.rs`)
 //! ```
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
@@ -151,6 +154,22 @@ impl PairFrame {
     pub const LEN: usize = 1 + 1 + 4;
 }
 
+/// Negative acknowledgement: datagrams a path lost (seen as a gap in its `path_seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NackFrame {
+    /// Path the datagrams were sent on.
+    pub path: u8,
+    /// First missing `path_seq`.
+    pub first: u32,
+    /// How many in a row are missing.
+    pub count: u16,
+}
+
+impl NackFrame {
+    /// Encoded length including the type byte.
+    pub const LEN: usize = 1 + 1 + 4 + 2;
+}
+
 /// A parsed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
@@ -168,6 +187,8 @@ pub enum Frame<'a> {
     DataDefine(u8, DataFrame<'a>),
     /// A TCP/IPv4 packet with compressed headers.
     DataCompressed(CompressedFrame<'a>),
+    /// Datagrams lost on a path.
+    Nack(NackFrame),
 }
 
 /// Iterates over the frames of a decrypted payload.
@@ -252,6 +273,13 @@ impl<'a> Iterator for FrameReader<'a> {
                 Frame::Pair(PairFrame {
                     path: h[0],
                     capacity_kbps: u32::from_be_bytes([h[1], h[2], h[3], h[4]]),
+                })
+            }),
+            0x08 => self.take(NackFrame::LEN - 1).map(|h| {
+                Frame::Nack(NackFrame {
+                    path: h[0],
+                    first: u32::from_be_bytes([h[1], h[2], h[3], h[4]]),
+                    count: u16::from_be_bytes([h[5], h[6]]),
                 })
             }),
             other => {
@@ -415,6 +443,16 @@ impl<'a> FrameWriter<'a> {
         self.put(&[0x05, p.path])?;
         self.put(&p.capacity_kbps.to_be_bytes())
     }
+
+    /// Writes a NACK frame.
+    pub fn nack(&mut self, n: &NackFrame) -> Result<(), WireError> {
+        if self.remaining() < NackFrame::LEN {
+            return Err(WireError::BufferTooSmall);
+        }
+        self.put(&[0x08, n.path])?;
+        self.put(&n.first.to_be_bytes())?;
+        self.put(&n.count.to_be_bytes())
+    }
 }
 
 #[cfg(test)]
@@ -455,6 +493,25 @@ mod tests {
             }
             _ => panic!("expected data"),
         }
+    }
+
+    #[test]
+    fn nack_fixture() {
+        let mut b = [0u8; 16];
+        let mut w = FrameWriter::new(&mut b);
+        let n = NackFrame {
+            path: 2,
+            first: 0x0102_0304,
+            count: 5,
+        };
+        w.nack(&n).unwrap();
+        let len = w.len();
+        assert_eq!(&b[..len], &[8, 2, 1, 2, 3, 4, 0, 5]);
+        let frames: Vec<_> = FrameReader::new(&b[..len]).collect();
+        assert_eq!(frames, vec![Ok(Frame::Nack(n))]);
+        // Truncated: an error, never a panic or a read past the end.
+        let r: Vec<_> = FrameReader::new(&b[..len - 1]).collect();
+        assert!(matches!(r[0], Err(WireError::Truncated { .. })));
     }
 
     #[test]

@@ -125,3 +125,47 @@ fn random_loss_is_not_congestion() {
     eprintln!("random loss: share of the lossy link {share0:.3}");
     assert!(share0 > 0.25, "lossy link's share {share0:.3}");
 }
+
+/// Same links with 2 % random loss on link 0, 30 Mbit/s offered upstream: the receiver
+/// reports each lost datagram in a NACK and the sender repairs the ordered packet it
+/// carried (`session/reinject.rs`), within the reorder hold. Without repair about 0.7 % of
+/// the packets (link 0 carries about a third of them) would reach the inner flow as holes;
+/// with it, a packet is lost only if its repair (or the NACK) is lost too, ~2 % of 2 %.
+/// Measured (release): 3 of 18 750 lost, 144 repaired, 2 holes given up (without repair:
+/// 135 lost, 122 holes given up).
+#[test]
+fn random_loss_is_repaired() {
+    let mut lossy = Link::new(10, Some(20.0));
+    lossy.loss = 0.02;
+    let mut p = Pair::new(
+        vec![lossy, Link::new(10, Some(20.0))],
+        Policy::Aggregate,
+        None,
+        63,
+    );
+    p.establish();
+    let gap = Duration::from_secs_f64(SIZE as f64 * 8.0 / 30e6);
+    let secs = if cfg!(debug_assertions) { 3.0 } else { 6.0 };
+    let count = (secs / gap.as_secs_f64()) as u32;
+    p.traffic(
+        count,
+        gap,
+        SIZE,
+        (true, false),
+        Duration::from_secs(1),
+        |_, _| {},
+    );
+    let got = assert_intact_unique(&p.delivered_up, true, SIZE, "repair");
+    let lost = count as usize - got.len();
+    let repaired = p.client.session().counters().repaired;
+    let skipped = p.server_session().reorder_stats().skipped_gaps;
+    eprintln!("repair: {lost} of {count} lost, {repaired} repaired, {skipped} holes given up");
+    assert!(
+        repaired as f64 >= count as f64 * 0.004,
+        "repaired only {repaired}"
+    );
+    assert!(
+        (lost as f64) < count as f64 * 0.001,
+        "{lost} of {count} lost despite repair"
+    );
+}
