@@ -125,9 +125,13 @@ def run_case(sc: Scenario, case: dict, seconds: float, runs: int) -> dict:
     rates, delays = case["rates_mbit"], case["delays_ms"]
     n = len(rates)
     names = [lk["name"] for lk in sc.links[:n]]
+    losses = case.get("loss", [0.0] * n)
+    if len(losses) != n:
+        raise LabError(f"case {case['name']}: {n} links but {len(losses)} loss values")
     overrides = {
         nm: {"rate": f"{r:g}mbit", "delay": f"{d:g}ms", "queue_bytes": queue_bytes(r, b)}
-        for nm, r, d in zip(names, rates, delays, strict=True)
+        | ({"loss": p} if p else {})
+        for nm, r, d, p in zip(names, rates, delays, losses, strict=True)
     }
     out: dict = {**case, "sum_mbit": sum(rates), "links": overrides, "runs": []}
     with Lab() as lab:
