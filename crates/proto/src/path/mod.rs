@@ -28,7 +28,7 @@ pub use rate::{DeliveryRate, WindowedMaxRate};
 pub use receiver::Received;
 pub use rtt::RttEstimator;
 
-use crate::wire::AckFrame;
+use crate::wire::{AckFrame, NackFrame};
 use crate::Instant;
 use control::{PathNow, RateControl, Verdict};
 use core::time::Duration;
@@ -205,6 +205,8 @@ pub struct Path {
     rx_largest: Option<(u32, Instant)>,
     /// Datagrams found missing (first `path_seq`, count) and not yet reported in a NACK.
     rx_nack: Option<(u32, u16)>,
+    /// The last NACK sent, and how many more ACKs repeat it (a lost NACK loses a repair).
+    rx_nack_repeat: Option<(NackFrame, u8)>,
     rx_count: u64,
     rx_bytes: u64,
     unacked_rx: u32,
@@ -242,6 +244,7 @@ impl Path {
             pair: PairMeter::new(u64::from(id.0) + 1),
             rx_largest: None,
             rx_nack: None,
+            rx_nack_repeat: None,
             rx_count: 0,
             rx_bytes: 0,
             unacked_rx: 0,

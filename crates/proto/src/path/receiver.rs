@@ -16,6 +16,8 @@ use crate::wire::{AckFrame, NackFrame, PairFrame};
 
 /// Most datagrams one gap may report (a longer run is an outage, which liveness handles).
 const MAX_NACK_RUN: u32 = 256;
+/// ACKs after the first that repeat a NACK.
+const NACK_REPEATS: u8 = 2;
 use crate::Instant;
 
 /// What the receiver learns from one authenticated datagram on a path.
@@ -93,19 +95,30 @@ impl Path {
         self.rx_nack = Some((start, run as u16));
     }
 
-    /// The pending NACK, if any, marked sent.
+    /// The NACK to send with the next ACK: the pending one, else a repeat of the last one.
+    /// Each NACK goes out with `NACK_REPEATS` more ACKs after its own: they travel on the
+    /// path that is losing datagrams, and a NACK lost costs its repair (the sender ignores
+    /// a repeat, having already taken those packets out).
     pub fn take_nack(&mut self) -> Option<NackFrame> {
-        let (first, count) = self.rx_nack.take()?;
-        Some(NackFrame {
-            path: self.id.0,
-            first,
-            count,
-        })
+        if let Some((first, count)) = self.rx_nack.take() {
+            let n = NackFrame {
+                path: self.id.0,
+                first,
+                count,
+            };
+            self.rx_nack_repeat = Some((n, NACK_REPEATS));
+            return Some(n);
+        }
+        let (n, left) = self.rx_nack_repeat.take()?;
+        if left > 1 {
+            self.rx_nack_repeat = Some((n, left - 1));
+        }
+        Some(n)
     }
 
-    /// Whether a NACK is waiting to be sent.
+    /// Whether a NACK (new or repeated) is waiting to be sent.
     pub fn has_nack(&self) -> bool {
-        self.rx_nack.is_some()
+        self.rx_nack.is_some() || self.rx_nack_repeat.is_some()
     }
 
     /// When an ACK for this path is due.
