@@ -16,11 +16,10 @@
 //! (`MAX_FLOWS`, least recently seen evicted); packets that are not TCP/UDP are treated as
 //! large flows (striped).
 
-use super::{preferred, MAX_PATHS};
+use super::preferred;
 use crate::path::PathView;
 use crate::policy::FlowKey;
 use crate::Instant;
-use arrayvec::ArrayVec;
 use core::time::Duration;
 use foldhash::HashMap;
 
@@ -51,7 +50,7 @@ fn one_way(p: &PathView) -> f64 {
 /// Keeps the paths a flow that has sent `flow_bytes` may use: the primary (lowest one-way
 /// delay) and every other path whose threshold it has passed. In place: a set of views is
 /// kilobytes (`MAX_PATHS` of them), too much to copy per packet.
-pub fn retain_eligible(paths: &mut ArrayVec<PathView, MAX_PATHS>, flow_bytes: u64) {
+pub fn retain_eligible(paths: &mut Vec<PathView>, flow_bytes: u64) {
     let primary = preferred(paths)
         .min_by(|a, b| one_way(a).total_cmp(&one_way(b)).then(a.id.cmp(&b.id)))
         .copied();
@@ -135,7 +134,7 @@ mod tests {
     use crate::sched::testutil::view;
 
     fn eligible(paths: &[PathView], flow_bytes: u64) -> Vec<PathId> {
-        let mut v: ArrayVec<PathView, MAX_PATHS> = paths.iter().copied().collect();
+        let mut v: Vec<PathView> = paths.to_vec();
         retain_eligible(&mut v, flow_bytes);
         v.iter().map(|p| p.id).collect()
     }

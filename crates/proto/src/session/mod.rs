@@ -155,6 +155,8 @@ pub struct Session {
     decompressor: Decompressor,
     /// Data of failed paths waiting to be sent again (`reinject.rs`).
     reinject: VecDeque<reinject::Reinjection>,
+    /// The schedulers' path views, rebuilt per packet in this reused buffer.
+    view_buf: Vec<crate::path::PathView>,
 }
 
 struct PathSlot {
@@ -202,6 +204,7 @@ impl Session {
             compressor: Compressor::default(),
             decompressor: Decompressor::default(),
             reinject: VecDeque::new(),
+            view_buf: Vec::with_capacity(crate::sched::MAX_PATHS),
         }
     }
 

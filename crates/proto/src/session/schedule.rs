@@ -19,7 +19,6 @@ use crate::policy::{parse_flow, Policy};
 use crate::sched::{split, PathSet, Scheduler, Selection, MAX_PATHS};
 use crate::wire::DataFlags;
 use crate::Instant;
-use arrayvec::ArrayVec;
 use std::sync::Arc;
 
 impl Session {
@@ -40,7 +39,7 @@ impl Session {
         self.counters.tx_ip_packets += 1;
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
-        let views = self.views(now);
+        let views = self.take_views(now);
         let sel = match policy {
             Policy::Redundant { copies } => {
                 self.redundant = crate::sched::Redundant::new(copies.map(usize::from));
@@ -48,6 +47,7 @@ impl Session {
             }
             _ => self.best.select(now, &views, packet.len()),
         };
+        self.put_views(views);
         let flags = DataFlags::new(policy.code(), false);
         self.push_data_jobs(sel, seq, flags, packet);
     }
@@ -82,13 +82,18 @@ impl Session {
         }
     }
 
-    /// Scheduler views of all paths at `now` (no allocation: this runs per packet).
-    pub fn views(&self, now: Instant) -> ArrayVec<PathView, MAX_PATHS> {
-        self.paths
-            .iter()
-            .take(MAX_PATHS)
-            .map(|s| s.path.view(now))
-            .collect()
+    /// Scheduler views of all paths at `now`, in a buffer the session keeps (this runs per
+    /// packet: no allocation, and no move of a fixed array of `MAX_PATHS` views, which
+    /// cost more than computing them); give it back with `put_views`.
+    fn take_views(&mut self, now: Instant) -> Vec<PathView> {
+        let mut v = std::mem::take(&mut self.view_buf);
+        v.clear();
+        v.extend(self.paths.iter().take(MAX_PATHS).map(|s| s.path.view(now)));
+        v
+    }
+
+    fn put_views(&mut self, v: Vec<PathView>) {
+        self.view_buf = v;
     }
 
     fn set_app_limited(&mut self, limited: bool) {
@@ -106,7 +111,7 @@ impl Session {
         }
         // Data of a failed path goes first (`reinject.rs`): it is older than anything queued.
         if let Some(len) = self.reinject.front().map(|r| r.packet.len()) {
-            let views = self.views(now);
+            let views = self.take_views(now);
             let sel = self.aggregate.select(now, &views, len);
             if sel == Selection::Wait {
                 self.wait_for_pacer(now, &views, len);
@@ -114,6 +119,7 @@ impl Session {
                 self.pace_wake = None;
                 self.push_data_jobs(sel, r.data_seq, r.flags, r.packet);
             }
+            self.put_views(views);
             return;
         }
         let Some(head) = self.agg_queue.head(now) else {
@@ -123,13 +129,17 @@ impl Session {
         };
         let len = head.len();
         let flow = parse_flow(head).map(|(k, _)| k);
-        let mut allowed = self.views(now);
+        let mut allowed = self.take_views(now);
         if let Some(k) = &flow {
             split::retain_eligible(&mut allowed, self.flow_meter.bytes(now, k));
         }
         let sel = self.aggregate.select(now, &allowed, len);
-        if sel == Selection::Wait {
+        let wait = sel == Selection::Wait;
+        if wait {
             self.wait_for_pacer(now, &allowed, len);
+        }
+        self.put_views(allowed);
+        if wait {
             return;
         }
         self.pace_wake = None;
