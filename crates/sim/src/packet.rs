@@ -147,8 +147,59 @@ pub fn udp(a: Addrs, head: &[u8], len: usize) -> Vec<u8> {
     ipv4(a, ip_number::UDP, &h.to_bytes(), head, l4_len)
 }
 
-/// Parses an IPv4 TCP or UDP packet.
+/// Parses an IPv4 TCP or UDP packet: the fields are read in place (this runs for every
+/// packet an application receives), and anything the direct reader does not cover —
+/// options, fragments, odd lengths — goes through etherparse's full parser. A property
+/// test checks that both agree.
 pub fn parse(pkt: &[u8]) -> Option<Parsed<'_>> {
+    parse_direct(pkt).or_else(|| parse_full(pkt))
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The common case: a 20-byte IPv4 header (no fragment), then a whole TCP or UDP header.
+fn parse_direct(pkt: &[u8]) -> Option<Parsed<'_>> {
+    if pkt.len() < 28 || pkt[0] != 0x45 || usize::from(be16(pkt, 2)) != pkt.len() {
+        return None;
+    }
+    if be16(pkt, 6) & 0x3fff != 0 {
+        return None; // a fragment (more-fragments flag or an offset)
+    }
+    let l4 = &pkt[20..];
+    let (sport, dport) = (be16(l4, 0), be16(l4, 2));
+    let body = match pkt[9] {
+        6 => {
+            let off = usize::from(l4.get(12)? >> 4) * 4;
+            if off < 20 || l4.len() < off {
+                return None;
+            }
+            Body::Tcp {
+                seq: be32(l4, 4),
+                ack: (l4[13] & 0x10 != 0).then(|| be32(l4, 8)),
+                len: l4.len() - off,
+            }
+        }
+        17 if usize::from(be16(l4, 4)) == l4.len() => Body::Udp(&l4[8..]),
+        _ => return None,
+    };
+    let src = pkt[12..16].try_into().ok()?;
+    let dst = pkt[16..20].try_into().ok()?;
+    Some(Parsed {
+        src,
+        dst,
+        sport,
+        dport,
+        body,
+    })
+}
+
+fn parse_full(pkt: &[u8]) -> Option<Parsed<'_>> {
     let s = SlicedPacket::from_ip(pkt).ok()?;
     let Some(NetSlice::Ipv4(ip)) = &s.net else {
         return None;
@@ -190,6 +241,31 @@ mod tests {
         sport: 10000,
         dport: 80,
     };
+
+    proptest::proptest! {
+        /// The direct reader agrees with etherparse wherever it answers, on built packets
+        /// and on arbitrary bytes (where it must never panic).
+        #[test]
+        fn direct_parse_agrees_with_etherparse(
+            seq: u32, ack: Option<u32>, len in 0usize..1500, udp: bool,
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            at in 0usize..60, byte: u8,
+        ) {
+            let mut p = if udp { self::udp(A, &[1, 2, 3], len) } else { tcp(A, seq, ack, len) };
+            proptest::prop_assert!(parse_direct(&p).is_some());
+            proptest::prop_assert_eq!(parse_direct(&p), parse_full(&p));
+            // One header byte changed: wherever the direct reader still answers, it agrees.
+            if let Some(b) = p.get_mut(at) {
+                *b = byte;
+            }
+            if let Some(d) = parse_direct(&p) {
+                proptest::prop_assert_eq!(Some(d), parse_full(&p));
+            }
+            if let Some(d) = parse_direct(&noise) {
+                proptest::prop_assert_eq!(Some(d), parse_full(&noise));
+            }
+        }
+    }
 
     #[test]
     fn round_trips() {

@@ -168,6 +168,14 @@ struct PathSlot {
 
 const MAX_JOBS: usize = 4096;
 
+/// How long a repair takes, at most, given the live paths' lowest and highest smoothed RTT:
+/// about one round trip, averaged over the lossy path (unknown at the receiver) and the
+/// fastest one, plus the same margin as the reorder hold.
+fn repair_wait(lo: Duration, hi: Duration) -> Duration {
+    let rtt = (lo + hi) / 2;
+    rtt + (rtt / 4).max(Duration::from_millis(10))
+}
+
 fn find_slot(paths: &mut [PathSlot], id: PathId) -> Option<&mut PathSlot> {
     paths.iter_mut().find(|s| s.path.id() == id)
 }
@@ -474,16 +482,14 @@ impl Session {
         // A lost packet is repaired (`reinject.rs`) once its NACK has crossed back and the
         // copy has crossed again: the hold must last that long, or the repair lands behind
         // a hole already given up on.
-        hold.max(self.repair_wait())
+        hold.max(repair_wait(lo, hi))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 
-    /// How long a repair takes, at most: about one round trip, averaged over the lossy
-    /// path (unknown here) and the fastest one, plus the same margin as the hold.
+    /// How long a repair takes, at most (see `repair_wait`).
     pub(super) fn repair_wait(&self) -> Duration {
         let (lo, hi) = self.live_rtt_range();
-        let rtt = (lo + hi) / 2;
-        rtt + (rtt / 4).max(Duration::from_millis(10))
+        repair_wait(lo, hi)
     }
 
     /// Lowest and highest smoothed RTT over live (not Down) measured paths; zeros if none.
