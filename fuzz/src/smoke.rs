@@ -3,7 +3,7 @@
 //! bodies' own assertions are known to hold on well-formed input.
 
 use super::*;
-use proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader};
+use proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
@@ -26,7 +26,7 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
     .unwrap();
     for _ in 0..rng.next_u32() % 4 {
         let payload = bytes(rng, 200);
-        let _ = match rng.next_u32() % 4 {
+        let _ = match rng.next_u32() % 5 {
             0 => w.ack(&AckFrame {
                 path: (rng.next_u32() % 3) as u8,
                 largest: rng.next_u32() % 64,
@@ -35,6 +35,11 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
                 recv_bytes: u64::from(rng.next_u32()),
             }),
             1 => w.ping(),
+            2 => w.nack(&NackFrame {
+                path: (rng.next_u32() % 3) as u8,
+                first: rng.next_u32() % 64,
+                count: (rng.next_u32() % 300) as u16,
+            }),
             _ => w.data(&DataFrame {
                 data_seq: u64::from(rng.next_u32() % 32),
                 flags: DataFlags(rng.next_u32() as u8),

@@ -67,6 +67,7 @@ pub fn frames(data: &[u8]) {
             Ok(Frame::Ping) => w.ping(),
             Ok(Frame::Close) => w.close(),
             Ok(Frame::Pair(p)) => w.pair(&p),
+            Ok(Frame::Nack(n)) => w.nack(&n),
             Ok(Frame::DataDefine(ctx, d)) => w.data_define(ctx, &d),
             Ok(Frame::DataCompressed(c)) => {
                 // Whatever the body, restoring it must not panic; a restored packet is a

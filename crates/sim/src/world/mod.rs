@@ -480,19 +480,8 @@ impl World {
                 };
                 work = true;
                 self.counters.datagrams += 1;
-                let tag = self.tag(c, UP, &bytes[..t.len]);
                 let hop = self.clients[c as usize].links[usize::from(t.path.0)].0;
-                let src = client_addr(c, t.path.0);
-                let len = t.len;
-                self.enqueue(
-                    hop,
-                    Envelope {
-                        bytes,
-                        len,
-                        src,
-                        tag,
-                    },
-                );
+                self.send_datagram(c, UP, hop, client_addr(c, t.path.0), bytes, t.len);
             }
             while let Some(p) = self.clients[c as usize]
                 .ep
@@ -539,19 +528,8 @@ impl World {
                     self.recycle(bytes);
                     continue;
                 };
-                let tag = self.tag(c, DOWN, &bytes[..t.len]);
                 let hop = self.clients[c as usize].links[usize::from(l)].1;
-                let src = SocketAddr::V4(SERVER_ADDR);
-                let len = t.len;
-                self.enqueue(
-                    hop,
-                    Envelope {
-                        bytes,
-                        len,
-                        src,
-                        tag,
-                    },
-                );
+                self.send_datagram(c, DOWN, hop, SocketAddr::V4(SERVER_ADDR), bytes, t.len);
             }
             while let Some(p) = self.server.as_mut().and_then(|s| s.poll_deliver()) {
                 work = true;
@@ -565,6 +543,27 @@ impl World {
         }
         let t = self.server.as_ref().and_then(|s| s.poll_timeout()).map(du);
         self.q.arm(0, t);
+    }
+
+    /// Puts a datagram the core built (the first `len` bytes of `bytes`) of client `c`'s
+    /// session, direction `dir`, on hop `hop`.
+    fn send_datagram(
+        &mut self,
+        c: u32,
+        dir: usize,
+        hop: u32,
+        src: SocketAddr,
+        bytes: Vec<u8>,
+        len: usize,
+    ) {
+        let tag = self.tag(c, dir, &bytes[..len]);
+        let env = Envelope {
+            bytes,
+            len,
+            src,
+            tag,
+        };
+        self.enqueue(hop, env);
     }
 
     /// Keeps a datagram buffer for the next datagram (bare packets of the no-tunnel
