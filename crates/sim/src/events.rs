@@ -58,15 +58,14 @@ pub type NodeId = u32;
 
 /// Worlds of at most this many nodes find the next event by scanning (see the module doc).
 const SCAN_MAX: usize = 32;
-/// Key of a disarmed node in scan mode (above every real key: time < 2^64 - 1 ns).
+/// Key of a disarmed node (above every real key: time < 2^64 - 1 ns).
 const NO_KEY: u128 = u128::MAX;
 
 /// Time-ordered wake-ups with one armed time per node.
 #[derive(Debug, Default)]
 pub struct EventQueue {
     heap: BinaryHeap<Reverse<Entry>>,
-    armed: Vec<Option<Duration>>,
-    /// Each node's live key, `NO_KEY` when disarmed.
+    /// Each node's live key (its armed time is the high half), `NO_KEY` when disarmed.
     keys: Vec<u128>,
     /// Whether `pop` scans `keys` instead of using the heap.
     scan: bool,
@@ -80,7 +79,6 @@ impl EventQueue {
     /// A queue for `nodes` components.
     pub fn new(nodes: usize) -> Self {
         EventQueue {
-            armed: vec![None; nodes],
             keys: vec![NO_KEY; nodes],
             scan: nodes <= SCAN_MAX,
             ..Default::default()
@@ -94,15 +92,14 @@ impl EventQueue {
 
     /// Sets `node`'s wake-up to `at` (clamped to now), or disarms it with `None`.
     pub fn arm(&mut self, node: NodeId, at: Option<Duration>) {
-        let at = at.map(|t| t.max(self.now));
-        let slot = &mut self.armed[node as usize];
-        if *slot == at {
+        let at = at.map(|t| ns(t.max(self.now)));
+        let live = self.keys[node as usize];
+        if (live != NO_KEY).then_some((live >> 64) as u64) == at {
             return;
         }
-        *slot = at;
         let key = at.map(|t| {
             self.seq += 1;
-            (u128::from(ns(t)) << 64) | u128::from(self.seq)
+            (u128::from(t) << 64) | u128::from(self.seq)
         });
         self.keys[node as usize] = key.unwrap_or(NO_KEY);
         if let (false, Some(key)) = (self.scan, key) {
@@ -125,13 +122,7 @@ impl EventQueue {
             if self.keys[node as usize] != key {
                 continue;
             }
-            self.keys[node as usize] = NO_KEY;
-            let t = self.armed[node as usize]
-                .take()
-                .expect("a live key is armed");
-            self.now = t;
-            self.fired += 1;
-            return Some((t, node));
+            return Some(self.fire(node as usize, key));
         }
         None
     }
@@ -141,11 +132,16 @@ impl EventQueue {
         if key == NO_KEY || (key >> 64) as u64 > until {
             return None;
         }
+        Some(self.fire(node, key))
+    }
+
+    /// Disarms `node`, whose live `key` is the next event, and moves the clock to it.
+    fn fire(&mut self, node: usize, key: u128) -> (Duration, NodeId) {
         self.keys[node] = NO_KEY;
-        let t = self.armed[node].take().expect("a live key is armed");
+        let t = Duration::from_nanos((key >> 64) as u64);
         self.now = t;
         self.fired += 1;
-        Some((t, node as NodeId))
+        (t, node as NodeId)
     }
 }
 

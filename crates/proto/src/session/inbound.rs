@@ -46,11 +46,11 @@ impl Session {
         // Only a gap can be known lost; most packets arrive with none open. A lost ordered
         // packet is being repaired (`reinject.rs`): give up on it only once a repair had
         // its time.
-        let repairing = self
+        if self
             .reorder
             .gap_age(now)
-            .is_some_and(|age| age < self.repair_wait());
-        if self.reorder.has_gap() && !repairing {
+            .is_some_and(|age| age >= self.repair_wait())
+        {
             let paths = &self.paths;
             let alive = |id| {
                 paths

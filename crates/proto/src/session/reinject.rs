@@ -46,21 +46,19 @@ pub const MAX_IN_FLIGHT: usize = 2048;
 /// Packets waiting to be reinjected.
 pub const MAX_REINJECT: usize = 4096;
 
-/// A data packet sent on a path and not yet covered by its feedback.
-#[derive(Debug, Clone)]
-pub(super) struct Sent {
-    path_seq: u32,
-    data_seq: u64,
-    flags: DataFlags,
-    packet: Arc<[u8]>,
-}
-
-/// A packet to send again.
+/// A data packet: what is sent again.
 #[derive(Debug, Clone)]
 pub(super) struct Reinjection {
     pub data_seq: u64,
     pub flags: DataFlags,
     pub packet: Arc<[u8]>,
+}
+
+/// A data packet sent as datagram `path_seq` and not yet covered by its path's feedback.
+#[derive(Debug)]
+struct Sent {
+    path_seq: u32,
+    data: Reinjection,
 }
 
 /// One path's unacknowledged data, in send (= `path_seq`) order.
@@ -88,9 +86,11 @@ impl InFlight {
         }
         self.sent.push_back(Sent {
             path_seq,
-            data_seq,
-            flags,
-            packet: packet.clone(),
+            data: Reinjection {
+                data_seq,
+                flags,
+                packet: packet.clone(),
+            },
         });
     }
 
@@ -111,18 +111,13 @@ impl InFlight {
         self.sent.len()
     }
 
-    fn drain(&mut self) -> impl Iterator<Item = Sent> + '_ {
-        self.sent.drain(..)
-    }
-
     /// Removes and returns the packets of datagrams `first .. first + count`.
-    fn take_range(&mut self, first: u32, count: u16) -> Vec<Sent> {
-        let inside = |s: &Sent| s.path_seq.wrapping_sub(first) < u32::from(count);
-        let taken: Vec<Sent> = self.sent.iter().filter(|s| inside(s)).cloned().collect();
-        if !taken.is_empty() {
-            self.sent.retain(|s| !inside(s));
-        }
-        taken
+    fn take_range(&mut self, first: u32, count: u16) -> Vec<Reinjection> {
+        let (taken, kept): (VecDeque<Sent>, _) = std::mem::take(&mut self.sent)
+            .into_iter()
+            .partition(|s| s.path_seq.wrapping_sub(first) < u32::from(count));
+        self.sent = kept;
+        taken.into_iter().map(|s| s.data).collect()
     }
 }
 
@@ -139,16 +134,11 @@ impl Session {
         let Some(slot) = self.slot_mut(PathId(n.path)) else {
             return;
         };
-        for s in slot.in_flight.take_range(n.first, n.count) {
-            if !s.flags.ordered() {
-                continue;
+        for r in slot.in_flight.take_range(n.first, n.count) {
+            if r.flags.ordered() {
+                self.counters.repaired += 1;
+                self.queue_again(r);
             }
-            self.counters.repaired += 1;
-            self.queue_again(Reinjection {
-                data_seq: s.data_seq,
-                flags: s.flags,
-                packet: s.packet,
-            });
         }
     }
 
@@ -169,15 +159,12 @@ impl Session {
         let Some(slot) = self.slot_mut(id) else {
             return;
         };
-        let caught: Vec<Sent> = slot.in_flight.drain().collect();
-        for s in caught {
+        for s in std::mem::take(&mut slot.in_flight.sent) {
             self.counters.reinjected += 1;
-            self.queue_again(Reinjection {
-                data_seq: s.data_seq,
-                // Unordered: it fills its hole, or is dropped as a duplicate.
-                flags: DataFlags::new(s.flags.policy_code(), false),
-                packet: s.packet,
-            });
+            let mut r = s.data;
+            // Unordered: it fills its hole, or is dropped as a duplicate.
+            r.flags = DataFlags::new(r.flags.policy_code(), false);
+            self.queue_again(r);
         }
     }
 }
@@ -240,6 +227,6 @@ mod tests {
         }
         assert_eq!(f.len(), MAX_IN_FLIGHT);
         // The oldest went first.
-        assert_eq!(f.drain().next().map(|s| s.data_seq), Some(10));
+        assert_eq!(f.sent.front().map(|s| s.data.data_seq), Some(10));
     }
 }
