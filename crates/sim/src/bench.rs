@@ -6,7 +6,8 @@
 //! `clients_per_server` to a world (1 = independent client–server pairs, the default;
 //! more = one Server holding many peers, which exercises the server's per-peer loops);
 //! worlds run in parallel on all cores. Every datagram is sealed and opened with the real
-//! ChaCha20-Poly1305, as in the daemon. The result records wall time, simulated packets
+//! data cipher the daemon would negotiate on this machine (AES-256-GCM where the CPU has AES
+//! instructions, else ChaCha20-Poly1305). The result records wall time, simulated packets
 //! per wall second and the real-time factor, with the git revision; and, because the
 //! machine is shared, the CPU time the run took and the load average around it (Linux's
 //! /proc), whence the real-time factor the same run would have on idle cores.
