@@ -41,6 +41,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "rx_decompress_errors": sc.rx_decompress_errors,
         "reinjected": sc.reinjected,
         "repaired": sc.repaired,
+        "tx_riders": sc.tx_riders,
     })
 }
 

@@ -75,7 +75,9 @@ pub struct ReorderBuffer {
     max_bytes: usize,
     gap_since: Option<Instant>,
     highest: Option<u64>,
-    last_skip: Option<Instant>,
+    /// The latest gap given up on for lack of time: when, and the `data_seq` range it
+    /// jumped over. Only a packet of that range proves the hold too short.
+    last_skip: Option<(Instant, core::ops::Range<u64>)>,
     extra: Duration,
     extra_at: Instant,
     stats: ReorderStats,
@@ -154,9 +156,12 @@ impl ReorderBuffer {
         if seq < next {
             if ordered {
                 self.stats.late += 1;
-                // The gap was given up too early: learn by how much.
-                if let Some(t) = self.last_skip {
-                    let lateness = now.saturating_since(t) * EXTRA_FACTOR;
+                // The hold gave up on this packet too early: learn by how much. A packet
+                // given up on as known lost (`skip_lost_below`) teaches the hold nothing:
+                // the hold did not decide it, and measuring its lateness from an older
+                // timeout skip pinned the hold at its 300-ms cap for seconds.
+                if let Some((t, _)) = self.last_skip.as_ref().filter(|(_, r)| r.contains(&seq)) {
+                    let lateness = now.saturating_since(*t) * EXTRA_FACTOR;
                     self.extra = self.extra(now).max(lateness).min(EXTRA_MAX);
                     self.extra_at = now;
                 }
@@ -252,7 +257,8 @@ impl ReorderBuffer {
             return;
         };
         self.stats.skipped_gaps += 1;
-        self.last_skip = Some(now);
+        let from = self.next.unwrap_or(first);
+        self.last_skip = Some((now, from..first));
         self.next = Some(first);
         self.drain(now, out);
     }
@@ -324,6 +330,30 @@ mod tests {
         // It came 1 ms after the skip: the hold learns 2 ms more, halving every 10 s.
         assert_eq!(b.extra(t(41)), Duration::from_millis(2));
         assert_eq!(b.extra(t(10_041)), Duration::from_millis(1));
+    }
+
+    /// Only a packet the hold gave up on teaches the hold: one given up on as known lost
+    /// (its repair came after all) does not, however long after an old timeout skip.
+    #[test]
+    fn packets_skipped_as_lost_do_not_lengthen_the_hold() {
+        let mut b = ReorderBuffer::new(1 << 20);
+        let mut out = VecDeque::new();
+        let hold = Duration::from_millis(30);
+        b.insert(t(0), 0, vec![0], true, &mut out);
+        b.insert(t(10), 2, vec![2], true, &mut out);
+        b.on_timeout(t(40), hold, &mut out);
+        // Seconds later, hole 5 is given up as lost; its repair lands after the skip.
+        b.insert(t(5_000), 3, vec![3], true, &mut out);
+        b.insert(t(5_000), 4, vec![4], true, &mut out);
+        b.insert(t(5_001), 6, vec![6], true, &mut out);
+        b.skip_lost_below(t(5_002), 6, &mut out);
+        b.insert(t(5_040), 5, vec![5], true, &mut out);
+        assert_eq!(b.stats().late, 1);
+        assert_eq!(b.extra(t(5_040)), Duration::ZERO);
+        // The packet the timeout skipped, arriving 1 ms after it, still teaches 2 ms.
+        b.insert(t(5_041), 1, vec![1], true, &mut out);
+        assert_eq!(b.stats().late, 2);
+        assert_eq!(out.len(), 7, "every packet released once");
     }
 
     #[test]

@@ -145,6 +145,15 @@ impl TcpSender {
         self.snd_una
     }
 
+    /// Window (bytes), smoothed RTT (s) and bytes in flight, for traces.
+    pub fn probe(&self) -> (f64, f64, u64) {
+        (
+            self.cwnd * self.mss(),
+            self.srtt.unwrap_or(0.0),
+            self.snd_nxt - self.snd_una,
+        )
+    }
+
     fn mss(&self) -> f64 {
         f64::from(self.cfg.mss)
     }

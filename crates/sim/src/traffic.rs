@@ -183,6 +183,12 @@ impl App {
     }
 
     /// Earliest time the app has something to do.
+    /// The first connection's sender: window (bytes), smoothed RTT (s), bytes in flight.
+    pub fn tcp_probe(&self) -> Option<(f64, f64, u64)> {
+        self.conns.iter().flatten().next().map(|c| c.sender.probe())
+    }
+
+    /// When this app next acts.
     pub fn deadline(&self) -> Option<Duration> {
         self.conns
             .iter()

@@ -1,6 +1,7 @@
 //! Receiver side of a path: counts what arrives, measures packet pairs, and decides when
 //! feedback (ACK, PAIR, NACK) is due — immediately on PING or on a gap in `path_seq`, every
-//! `ACK_EVERY` eliciting datagrams, else after `MAX_ACK_DELAY`.
+//! `ACK_EVERY` eliciting datagrams, else after the path's ACK delay (`ack_delay`: min RTT
+//! / 4 within 2–10 ms).
 //!
 //! A gap is a loss: a path delivers in order (links are FIFO), so datagrams numbered
 //! between the largest seen and a newer one that arrived will not come. They are reported
@@ -11,7 +12,7 @@
 //! nothing but delay (the next one carries the totals); a NACK is best effort (lost, its
 //! holes are left to the reorder buffer's hold and the inner transport).
 
-use super::{Path, ACK_EVERY, MAX_ACK_DELAY};
+use super::{Path, ACK_EVERY};
 use crate::wire::{AckFrame, NackFrame, PairFrame};
 
 /// Most datagrams one gap may report (a longer run is an outage, which liveness handles).
@@ -72,7 +73,7 @@ impl Path {
         if ping || gap || self.unacked_rx >= ACK_EVERY {
             self.ack_deadline = Some(now);
         } else if self.ack_deadline.is_none() {
-            self.ack_deadline = Some(now + MAX_ACK_DELAY);
+            self.ack_deadline = Some(now + self.ack_delay());
         }
     }
 

@@ -282,3 +282,14 @@ fn a_path_with_a_low_first_estimate_finds_its_rate() {
         "long path: {long:.2} Mbit/s after 1 s of being fed"
     );
 }
+
+/// The receiver holds an ACK for a quarter of the path's minimum RTT, within 2–10 ms, and
+/// for the floor before it has a sample; the sender's window covers twice that.
+#[test]
+fn ack_delay_is_a_quarter_rtt_within_bounds() {
+    let ms = Duration::from_millis;
+    assert_eq!(ack_delay(None), MIN_ACK_DELAY);
+    assert_eq!(ack_delay(Some(ms(2))), MIN_ACK_DELAY);
+    assert_eq!(ack_delay(Some(ms(20))), ms(5));
+    assert_eq!(ack_delay(Some(ms(300))), MAX_ACK_DELAY);
+}

@@ -49,7 +49,7 @@ impl Session {
         if self
             .reorder
             .gap_age(now)
-            .is_some_and(|age| age >= self.repair_wait())
+            .is_some_and(|age| age >= self.repair_wait(now))
         {
             let paths = &self.paths;
             let alive = |id| {

@@ -15,6 +15,7 @@
 //!   queue in entries, the reorder buffer in bytes and entries.
 
 mod delay;
+mod hold;
 mod holes;
 mod inbound;
 mod keyring;
@@ -40,6 +41,7 @@ use core::time::Duration;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use transmit::Job;
 
 /// Which scheduler stripes `aggregate` flows.
@@ -125,6 +127,8 @@ pub struct SessionCounters {
     pub reinjected: u64,
     /// Ordered data packets sent again because the peer reported their datagram lost.
     pub repaired: u64,
+    /// Small striped packets sent in the datagram of the packet before them.
+    pub tx_riders: u64,
 }
 
 /// One session.
@@ -153,6 +157,8 @@ pub struct Session {
     delay: delay::DelayTracker,
     compressor: Compressor,
     decompressor: Decompressor,
+    /// Packets riding in the datagram being built (`transmit.rs`), reused.
+    riders: Vec<(u64, Arc<[u8]>)>,
     /// Data of failed paths waiting to be sent again (`reinject.rs`).
     reinject: VecDeque<reinject::Reinjection>,
     /// The schedulers' path views, rebuilt per packet in this reused buffer.
@@ -167,14 +173,6 @@ struct PathSlot {
 }
 
 const MAX_JOBS: usize = 4096;
-
-/// How long a repair takes, at most, given the live paths' lowest and highest smoothed RTT:
-/// about one round trip, averaged over the lossy path (unknown at the receiver) and the
-/// fastest one, plus the same margin as the reorder hold.
-fn repair_wait(lo: Duration, hi: Duration) -> Duration {
-    let rtt = (lo + hi) / 2;
-    rtt + (rtt / 4).max(Duration::from_millis(10))
-}
 
 fn find_slot(paths: &mut [PathSlot], id: PathId) -> Option<&mut PathSlot> {
     paths.iter_mut().find(|s| s.path.id() == id)
@@ -211,6 +209,7 @@ impl Session {
             delay: delay::DelayTracker::default(),
             compressor: Compressor::default(),
             decompressor: Decompressor::default(),
+            riders: Vec::new(),
             reinject: VecDeque::new(),
             view_buf: Vec::with_capacity(crate::sched::MAX_PATHS),
         }
@@ -224,6 +223,11 @@ impl Session {
     /// Counters.
     pub fn counters(&self) -> SessionCounters {
         self.counters
+    }
+
+    /// Bytes waiting in the aggregate ingress queue.
+    pub fn queued_bytes(&self) -> usize {
+        self.agg_queue.bytes()
     }
 
     /// Drops in the aggregate ingress queue.
@@ -461,55 +465,6 @@ impl Session {
                 },
             );
         }
-    }
-
-    /// Reorder hold time: how far the slowest active path lags the fastest one way
-    /// (measured from the sender's timestamps, queueing included), plus a margin of a
-    /// quarter of that (at least 10 ms) for scheduling noise; bounded so a dead path cannot
-    /// stall delivery for long. A generous hold is cheap: holes known lost do not wait
-    /// for it (`holes.rs`).
-    pub fn reorder_hold(&self, now: Instant) -> Duration {
-        let spread = self.delay.spread(now, Duration::from_secs(1));
-        // Until a path has carried data its one-way delay is unknown here; half the RTT
-        // difference between live paths (measured by this side's own probes) stands in.
-        let (lo, hi) = self.live_rtt_range();
-        let rtt_spread = hi.saturating_sub(lo) / 2;
-        let spread = spread.max(rtt_spread);
-        // Margin for what the estimate cannot see: timestamps are taken when a datagram is
-        // built, not when the driver's batch leaves, and arrival times per receive batch.
-        // What late packets taught the buffer comes on top (`ReorderBuffer::extra`).
-        let hold = spread + (spread / 4).max(Duration::from_millis(10)) + self.reorder.extra(now);
-        // A lost packet is repaired (`reinject.rs`) once its NACK has crossed back and the
-        // copy has crossed again: the hold must last that long, or the repair lands behind
-        // a hole already given up on.
-        hold.max(repair_wait(lo, hi))
-            .clamp(Duration::from_millis(5), Duration::from_millis(500))
-    }
-
-    /// How long a repair takes, at most (see `repair_wait`).
-    pub(super) fn repair_wait(&self) -> Duration {
-        let (lo, hi) = self.live_rtt_range();
-        repair_wait(lo, hi)
-    }
-
-    /// Lowest and highest smoothed RTT over live (not Down) measured paths; zeros if none.
-    fn live_rtt_range(&self) -> (Duration, Duration) {
-        self.paths
-            .iter()
-            .filter(|s| s.path.state() != PathState::Down && s.path.rtt().has_sample())
-            .map(|s| s.path.rtt().smoothed())
-            .fold(None, |acc: Option<(Duration, Duration)>, r| {
-                Some(acc.map_or((r, r), |(lo, hi)| (lo.min(r), hi.max(r))))
-            })
-            .unwrap_or_default()
-    }
-
-    /// CoDel's interval: the worst round trip a striped flow sees — the slowest live path's
-    /// smoothed RTT plus the reorder wait behind it (half the RTT spread) — so CoDel does
-    /// not drop again before the inner TCP could react to its last drop.
-    fn codel_interval(&self) -> Duration {
-        let (lo, hi) = self.live_rtt_range();
-        hi + hi.saturating_sub(lo) / 2
     }
 
     /// Next IP packet for the local side.

@@ -18,6 +18,16 @@ use crate::Instant;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// Largest IP packet that rides in the datagram of the striped packet before it, when it
+/// is queued right behind: a TCP acknowledgement, SACK blocks included. A burst of them —
+/// the inner TCP acknowledging a run the reorder buffer just released — otherwise left
+/// as a burst of tiny datagrams, and on a link whose queue counts packets (a 50-packet
+/// drop-tail, as in the kernel's MPTCP selftests) forty of them filled the queue behind
+/// a few full-size ones and the next data datagrams were dropped.
+const RIDER_MAX: usize = 160;
+/// Most packets riding in one datagram.
+const MAX_RIDERS: usize = 32;
+
 /// What one datagram must carry.
 #[derive(Debug, Clone)]
 pub(super) enum Job {
@@ -78,8 +88,19 @@ impl Session {
     }
 
     fn build(&mut self, now: Instant, job: &Job, buf: &mut [u8]) -> Option<Transmit> {
+        // Riders of a datagram that failed to build are lost with it.
+        self.riders.clear();
+        // Small striped packets queued right behind this one ride along (`RIDER_MAX`). Then
+        // this one goes plain, first: a compressed frame runs to the end of the datagram,
+        // and the receiver should meet the packets in their order.
+        let riding = matches!(job, Job::Data { flags, .. } if flags.ordered())
+            && self.reinject.is_empty()
+            && self
+                .agg_queue
+                .head(now)
+                .is_some_and(|next| next.len() <= RIDER_MAX);
         let encoding = match job {
-            Job::Data { packet, .. } if self.cfg.header_compression => {
+            Job::Data { packet, .. } if self.cfg.header_compression && !riding => {
                 self.compressor.encode(now, packet)
             }
             _ => Encoding::Plain,
@@ -151,11 +172,41 @@ impl Session {
                     }
                 };
                 if written.is_err() {
-                    self.counters.queue_drops += 1;
+                    self.counters.queue_drops += 1 + self.riders.len() as u64;
+                    self.riders.clear();
                     return None;
                 }
                 if matches!(encoding, Encoding::Compressed { .. }) {
                     self.counters.tx_compressed += 1;
+                }
+                if riding {
+                    let limit = self.cfg.max_datagram - DATA_HEADER_LEN - TAG_LEN;
+                    while self.riders.len() < MAX_RIDERS {
+                        let Some(next) = self.agg_queue.head(now) else {
+                            break;
+                        };
+                        if next.len() > RIDER_MAX
+                            || w.len() + DataFrame::HEADER_LEN + next.len() > limit
+                        {
+                            break;
+                        }
+                        let Some(pkt) = self.agg_queue.take() else {
+                            break;
+                        };
+                        let seq = self.next_data_seq;
+                        self.next_data_seq += 1;
+                        let frame = DataFrame {
+                            data_seq: seq,
+                            flags: *flags,
+                            payload: &pkt,
+                        };
+                        if w.data(&frame).is_err() {
+                            self.counters.queue_drops += 1;
+                            continue;
+                        }
+                        self.counters.tx_riders += 1;
+                        self.riders.push((seq, pkt));
+                    }
                 }
             }
             Job::Ack { .. } if ack.is_none() => return None,
@@ -177,6 +228,9 @@ impl Session {
         } = job
         {
             slot.in_flight.on_sent(path_seq, *seq, *flags, packet);
+            for (rseq, rpkt) in self.riders.drain(..) {
+                slot.in_flight.on_sent(path_seq, rseq, *flags, &rpkt);
+            }
         }
         InnerHeader {
             path_seq,

@@ -195,11 +195,16 @@ impl World {
 
     /// Runs to the end of the scenario.
     pub fn run(&mut self) -> Result<(), WorldError> {
-        let trace = std::env::var_os("MH_SIM_TRACE").is_some();
+        // MH_SIM_TRACE=1: a line every 0.5 s; MH_SIM_TRACE=0.1: every 0.1 s.
+        let trace_every = std::env::var("MH_SIM_TRACE").ok().map(|v| {
+            let s: f64 = v.parse().unwrap_or(0.5);
+            Duration::from_secs_f64(if s > 0.0 && s < 1.0 { s } else { 0.5 })
+        });
+        let trace = trace_every.is_some();
         let mut next_trace = Duration::ZERO;
         while let Some((now, id)) = self.q.pop(self.end) {
             if trace && now >= next_trace {
-                next_trace = now + Duration::from_millis(500);
+                next_trace = now + trace_every.unwrap_or_default();
                 self.trace_paths(now);
             }
             let node = self.node(id);
@@ -237,7 +242,7 @@ impl World {
         if let Some(s) = self.server.as_ref() {
             for p in s.peers() {
                 let Some(sess) = p.session else { continue };
-                let mut line = format!("t={:.1}", now.as_secs_f64());
+                let mut line = format!("t={:.3}", now.as_secs_f64());
                 for path in sess.paths() {
                     let v = path.view(pi(now));
                     let l = path.loss_counters();
@@ -251,15 +256,46 @@ impl World {
                     );
                 }
                 let q = sess.queue_drops();
-                line += &format!(" | codel={} ovf={}", q.codel, q.overflow);
+                line += &format!(
+                    " | q={} codel={} ovf={}",
+                    sess.queued_bytes(),
+                    q.codel,
+                    q.overflow
+                );
+                for h in &self.hops {
+                    let st = h.pipe.stats(now);
+                    line += &format!(
+                        " | h{}{} qp={} qb={} drop={}",
+                        h.label.1,
+                        if h.label.2 { "u" } else { "d" },
+                        st.queued.frames,
+                        st.queued.bytes,
+                        st.dropped_queue.frames
+                    );
+                }
+                for (i, a) in self.apps.iter().enumerate() {
+                    if let Some((w, rtt, fl)) = a.tcp_probe() {
+                        line += &format!(
+                            " | f{i} cwnd={:.0}k rtt={:.0} fl={:.0}k",
+                            w / 1e3,
+                            rtt * 1e3,
+                            fl as f64 / 1e3
+                        );
+                    }
+                }
                 if let Some(ep) = self.clients.first().and_then(|c| c.ep.as_ref()) {
                     let cs = ep.session();
                     let r = cs.reorder_stats();
                     line += &format!(
-                        " | hold={:.1} skips={} late={}",
+                        " | hold={:.1} skips={} lost_skips={} late={} repaired={}",
                         cs.reorder_hold(pi(now)).as_secs_f64() * 1e3,
                         r.skipped_gaps,
-                        r.late
+                        r.lost_skips,
+                        r.late,
+                        s.peers()
+                            .filter_map(|p| p.session)
+                            .map(|x| x.counters().repaired)
+                            .sum::<u64>()
                     );
                 }
                 eprintln!("{line}");
