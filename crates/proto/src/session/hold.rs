@@ -28,7 +28,7 @@ impl Session {
     /// stall delivery for long. A generous hold is cheap: holes known lost do not wait
     /// for it (`holes.rs`).
     pub fn reorder_hold(&self, now: Instant) -> Duration {
-        let spread = self.path_spread(now);
+        let (spread, lo, hi) = self.path_delays(now);
         // Margin for what the estimate cannot see: timestamps are taken when a datagram is
         // built, not when the driver's batch leaves, and arrival times per receive batch.
         // What late packets taught the buffer comes on top (`ReorderBuffer::extra`).
@@ -36,27 +36,24 @@ impl Session {
         // A lost packet is repaired (`reinject.rs`) once its NACK has crossed back and the
         // copy has crossed again: the hold must last that long, or the repair lands behind
         // a hole already given up on.
-        hold.max(self.repair_wait_given(spread))
+        hold.max(repair_wait(spread, lo, hi))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
-    }
-
-    /// How far the slowest active path lags the fastest one way.
-    fn path_spread(&self, now: Instant) -> Duration {
-        let spread = self.delay.spread(now, Duration::from_secs(1));
-        // Until a path has carried data its one-way delay is unknown here; half the RTT
-        // difference between live paths (measured by this side's own probes) stands in.
-        let (lo, hi) = self.live_rtt_range();
-        spread.max(hi.saturating_sub(lo) / 2)
     }
 
     /// How long a repair takes, at most (see `repair_wait`).
     pub(super) fn repair_wait(&self, now: Instant) -> Duration {
-        self.repair_wait_given(self.path_spread(now))
+        let (spread, lo, hi) = self.path_delays(now);
+        repair_wait(spread, lo, hi)
     }
 
-    fn repair_wait_given(&self, spread: Duration) -> Duration {
+    /// How far the slowest active path lags the fastest one way, and the lowest and
+    /// highest smoothed RTT of the live paths.
+    fn path_delays(&self, now: Instant) -> (Duration, Duration, Duration) {
+        let spread = self.delay.spread(now, Duration::from_secs(1));
+        // Until a path has carried data its one-way delay is unknown here; half the RTT
+        // difference between live paths (measured by this side's own probes) stands in.
         let (lo, hi) = self.live_rtt_range();
-        repair_wait(spread, lo, hi)
+        (spread.max(hi.saturating_sub(lo) / 2), lo, hi)
     }
 
     /// Lowest and highest smoothed RTT over live (not Down) measured paths; zeros if none.

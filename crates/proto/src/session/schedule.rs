@@ -14,8 +14,10 @@
 //! samples do not lower its bandwidth estimate.
 
 use super::{Job, Session, MAX_JOBS};
+use crate::codel::CodelQueue;
 use crate::path::PathView;
-use crate::policy::{parse_flow, Policy};
+use crate::policy::{parse_flow, FlowKey, Policy};
+use crate::sched::split::FlowMeter;
 use crate::sched::{split, PathSet, Scheduler, Selection, MAX_PATHS};
 use crate::wire::DataFlags;
 use crate::Instant;
@@ -143,14 +145,15 @@ impl Session {
             return;
         }
         self.pace_wake = None;
-        let Some(pkt) = self.agg_queue.take() else {
+        let Some((seq, pkt)) = take_striped(
+            &mut self.agg_queue,
+            &mut self.flow_meter,
+            &mut self.next_data_seq,
+            now,
+            flow,
+        ) else {
             return;
         };
-        if let Some(k) = flow {
-            self.flow_meter.record(now, k, len);
-        }
-        let seq = self.next_data_seq;
-        self.next_data_seq += 1;
         let flags = DataFlags::new(Policy::Aggregate.code(), true);
         self.push_data_jobs(sel, seq, flags, pkt);
     }
@@ -173,4 +176,24 @@ impl Session {
         self.pace_wake
             .filter(|_| !self.agg_queue.is_empty() || !self.reinject.is_empty())
     }
+}
+
+/// Takes the head of the aggregate queue as the next striped packet: gives it its
+/// `data_seq` and counts its bytes for its flow (`split.rs`). The scheduler's packet and
+/// the small ones riding with it (`transmit.rs`) both leave the queue here. (Fields, not
+/// `&mut Session`: the datagram builder holds the path and key borrowed meanwhile.)
+pub(super) fn take_striped(
+    queue: &mut CodelQueue,
+    meter: &mut FlowMeter,
+    next_data_seq: &mut u64,
+    now: Instant,
+    flow: Option<FlowKey>,
+) -> Option<(u64, Arc<[u8]>)> {
+    let pkt = queue.take()?;
+    if let Some(k) = flow {
+        meter.record(now, k, pkt.len());
+    }
+    let seq = *next_data_seq;
+    *next_data_seq += 1;
+    Some((seq, pkt))
 }

@@ -172,8 +172,7 @@ impl Session {
                     }
                 };
                 if written.is_err() {
-                    self.counters.queue_drops += 1 + self.riders.len() as u64;
-                    self.riders.clear();
+                    self.counters.queue_drops += 1;
                     return None;
                 }
                 if matches!(encoding, Encoding::Compressed { .. }) {
@@ -190,19 +189,26 @@ impl Session {
                         {
                             break;
                         }
-                        let Some(pkt) = self.agg_queue.take() else {
+                        // Not counted for the split rule: a flow of packets this small
+                        // (acknowledgements) never needs a second path.
+                        let Some((seq, pkt)) = super::schedule::take_striped(
+                            &mut self.agg_queue,
+                            &mut self.flow_meter,
+                            &mut self.next_data_seq,
+                            now,
+                            None,
+                        ) else {
                             break;
                         };
-                        let seq = self.next_data_seq;
-                        self.next_data_seq += 1;
                         let frame = DataFrame {
                             data_seq: seq,
                             flags: *flags,
                             payload: &pkt,
                         };
+                        // Cannot fail: the room was checked above.
                         if w.data(&frame).is_err() {
                             self.counters.queue_drops += 1;
-                            continue;
+                            break;
                         }
                         self.counters.tx_riders += 1;
                         self.riders.push((seq, pkt));
