@@ -43,6 +43,7 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
             _ => w.data(&DataFrame {
                 data_seq: u64::from(rng.next_u32() % 32),
                 flags: DataFlags(rng.next_u32() as u8),
+                pred_gap: (rng.next_u32() % 40) as u16,
                 payload: &payload,
             }),
         };

@@ -12,7 +12,9 @@
 //! hundreds of kilobytes.
 //!
 //! `FlowMeter` counts bytes per flow (a flow idle for `IDLE` starts again from zero, so a
-//! persistent connection is judged per burst). Invariants: the table is bounded
+//! persistent connection is judged per burst) and remembers each flow's latest `data_seq`,
+//! which the next packet of the flow names as its predecessor for the receiver's reorder
+//! buffer (`reorder`: flows are released independently). Invariants: the table is bounded
 //! (`MAX_FLOWS`, least recently seen evicted); packets that are not TCP/UDP are treated as
 //! large flows (striped).
 
@@ -61,8 +63,13 @@ pub fn retain_eligible(paths: &mut Vec<PathView>, flow_bytes: u64) {
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
+    /// Bytes metered in the current burst, and when the last of them was sent.
     bytes: u64,
     last: Instant,
+    /// The flow's latest packet, metered or not: its `data_seq`, and when it was sent
+    /// (what eviction goes by).
+    seq: Option<u64>,
+    seen: Instant,
 }
 
 /// Bytes sent per flow in its current burst.
@@ -86,18 +93,28 @@ impl FlowMeter {
             .map_or(0, |s| s.bytes)
     }
 
-    /// Counts `len` bytes sent by the flow at `now`.
-    pub fn record(&mut self, now: Instant, key: FlowKey, len: usize) {
+    /// Records that the flow sent packet `seq` at `now` — counting its `len` bytes, unless
+    /// `None` (small packets riding along: a flow of acknowledgements never needs a second
+    /// path, and metering them changed which flows were striped) — and returns the
+    /// `data_seq` of the flow's previous packet, which the receiver releases it after
+    /// (`reorder`). `None`: the flow is new, or was forgotten.
+    pub fn record(
+        &mut self,
+        now: Instant,
+        key: FlowKey,
+        len: Option<usize>,
+        seq: u64,
+    ) -> Option<u64> {
         // Length first: the lookup is only needed once the table is full.
         if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&key) {
             self.flows
-                .retain(|_, s| now.saturating_since(s.last) < IDLE);
+                .retain(|_, s| now.saturating_since(s.seen) < IDLE);
             if self.flows.len() >= MAX_FLOWS {
                 // All busy: forget the least recently seen one.
                 if let Some(old) = self
                     .flows
                     .iter()
-                    .min_by_key(|(_, s)| s.last)
+                    .min_by_key(|(_, s)| s.seen)
                     .map(|(k, _)| *k)
                 {
                     self.flows.remove(&old);
@@ -107,12 +124,18 @@ impl FlowMeter {
         let e = self.flows.entry(key).or_insert(Seen {
             bytes: 0,
             last: now,
+            seq: None,
+            seen: now,
         });
-        if now.saturating_since(e.last) >= IDLE {
-            e.bytes = 0;
+        if let Some(len) = len {
+            if now.saturating_since(e.last) >= IDLE {
+                e.bytes = 0;
+            }
+            e.bytes = e.bytes.saturating_add(len as u64);
+            e.last = now;
         }
-        e.bytes = e.bytes.saturating_add(len as u64);
-        e.last = now;
+        e.seen = now;
+        e.seq.replace(seq)
     }
 
     /// Flows tracked.
@@ -168,17 +191,20 @@ mod tests {
         let pkt = crate::policy::tests::udp4(0, 1000, 53);
         let (key, _) = parse_flow(&pkt).unwrap();
         let t0 = Instant::from_micros(1_000_000);
-        m.record(t0, key, 1000);
-        m.record(t0, key, 500);
+        assert_eq!(m.record(t0, key, Some(1000), 3), None);
+        assert_eq!(m.record(t0, key, Some(500), 7), Some(3));
+        assert_eq!(m.bytes(t0, &key), 1500);
+        // A packet riding along is not metered, but it is the flow's latest.
+        assert_eq!(m.record(t0, key, None, 8), Some(7));
         assert_eq!(m.bytes(t0, &key), 1500);
         let later = t0 + IDLE;
         assert_eq!(m.bytes(later, &key), 0);
-        m.record(later, key, 100);
+        assert_eq!(m.record(later, key, Some(100), 9), Some(8));
         assert_eq!(m.bytes(later, &key), 100);
         for port in 0..(MAX_FLOWS as u16 + 50) {
             let p = crate::policy::tests::udp4(0, port, 9);
             let (k, _) = parse_flow(&p).unwrap();
-            m.record(later, k, 1);
+            m.record(later, k, Some(1), 10);
         }
         assert!(m.len() <= MAX_FLOWS);
     }

@@ -11,6 +11,7 @@
 use super::Session;
 use crate::path::{PathId, PathState};
 use crate::policy::{parse_flow, Policy};
+use crate::reorder::Order;
 use crate::wire::DataFlags;
 use crate::Instant;
 use std::borrow::Cow;
@@ -21,8 +22,7 @@ impl Session {
         now: Instant,
         create_paths: bool,
         path_id: PathId,
-        data_seq: u64,
-        flags: DataFlags,
+        (data_seq, flags, pred_gap): (u64, DataFlags, u16),
         payload: Cow<'_, [u8]>,
     ) {
         if !self.dedupe.check_and_set(data_seq) {
@@ -40,7 +40,7 @@ impl Session {
             now,
             data_seq,
             payload.into_owned(),
-            flags.ordered(),
+            Order::of(flags, data_seq, pred_gap),
             &mut self.deliver,
         );
         // Only a gap can be known lost; most packets arrive with none open. A lost ordered

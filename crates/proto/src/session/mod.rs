@@ -41,7 +41,6 @@ use core::time::Duration;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use transmit::Job;
 
 /// Which scheduler stripes `aggregate` flows.
@@ -158,7 +157,7 @@ pub struct Session {
     compressor: Compressor,
     decompressor: Decompressor,
     /// Packets riding in the datagram being built (`transmit.rs`), reused.
-    riders: Vec<(u64, Arc<[u8]>)>,
+    riders: Vec<schedule::Striped>,
     /// Data of failed paths waiting to be sent again (`reinject.rs`).
     reinject: VecDeque<reinject::Reinjection>,
     /// The schedulers' path views, rebuilt per packet in this reused buffer.
@@ -393,8 +392,7 @@ impl Session {
                         now,
                         create_paths,
                         path_id,
-                        d.data_seq,
-                        d.flags,
+                        (d.data_seq, d.flags, d.pred_gap),
                         Cow::Borrowed(d.payload),
                     );
                 }
@@ -405,8 +403,7 @@ impl Session {
                             now,
                             create_paths,
                             path_id,
-                            c.data_seq,
-                            c.flags,
+                            (c.data_seq, c.flags, c.pred_gap),
                             Cow::Owned(p),
                         ),
                         Err(_) => self.counters.rx_decompress_errors += 1,

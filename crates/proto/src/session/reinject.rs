@@ -51,6 +51,8 @@ pub const MAX_REINJECT: usize = 4096;
 pub(super) struct Reinjection {
     pub data_seq: u64,
     pub flags: DataFlags,
+    /// Sent again with the same order (`wire::OrderMode`).
+    pub pred_gap: u16,
     pub packet: Arc<[u8]>,
 }
 
@@ -74,7 +76,13 @@ fn seq_le(a: u32, b: u32) -> bool {
 
 impl InFlight {
     /// Remembers a data packet sent as datagram `path_seq`.
-    pub fn on_sent(&mut self, path_seq: u32, data_seq: u64, flags: DataFlags, packet: &Arc<[u8]>) {
+    pub fn on_sent(
+        &mut self,
+        path_seq: u32,
+        data_seq: u64,
+        (flags, pred_gap): (DataFlags, u16),
+        packet: &Arc<[u8]>,
+    ) {
         if matches!(
             Policy::from_code(flags.policy_code()),
             Policy::Redundant { .. }
@@ -89,6 +97,7 @@ impl InFlight {
             data: Reinjection {
                 data_seq,
                 flags,
+                pred_gap,
                 packet: packet.clone(),
             },
         });
@@ -164,6 +173,7 @@ impl Session {
             let mut r = s.data;
             // Unordered: it fills its hole, or is dropped as a duplicate.
             r.flags = DataFlags::new(r.flags.policy_code(), false);
+            r.pred_gap = 0;
             self.queue_again(r);
         }
     }
@@ -185,7 +195,7 @@ mod tests {
     fn acks_prune_in_send_order_across_wrap() {
         let mut f = InFlight::default();
         for (i, seq) in [u32::MAX - 1, u32::MAX, 0, 1].into_iter().enumerate() {
-            f.on_sent(seq, i as u64, aggregate(), &pkt());
+            f.on_sent(seq, i as u64, (aggregate(), 0), &pkt());
         }
         f.on_ack(u32::MAX);
         assert_eq!(f.len(), 2, "the two before the wrap are acknowledged");
@@ -200,7 +210,7 @@ mod tests {
     fn a_nacked_range_is_taken_out_across_wrap() {
         let mut f = InFlight::default();
         for (i, seq) in [u32::MAX - 1, u32::MAX, 0, 1, 2].into_iter().enumerate() {
-            f.on_sent(seq, i as u64, aggregate(), &pkt());
+            f.on_sent(seq, i as u64, (aggregate(), 0), &pkt());
         }
         let lost: Vec<u64> = f
             .take_range(u32::MAX, 2)
@@ -218,12 +228,15 @@ mod tests {
         f.on_sent(
             0,
             0,
-            DataFlags::new(Policy::Redundant { copies: None }.code(), false),
+            (
+                DataFlags::new(Policy::Redundant { copies: None }.code(), false),
+                0,
+            ),
             &pkt(),
         );
         assert_eq!(f.len(), 0);
         for i in 0..(MAX_IN_FLIGHT as u32 + 10) {
-            f.on_sent(i, u64::from(i), aggregate(), &pkt());
+            f.on_sent(i, u64::from(i), (aggregate(), 0), &pkt());
         }
         assert_eq!(f.len(), MAX_IN_FLIGHT);
         // The oldest went first.

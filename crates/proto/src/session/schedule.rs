@@ -19,7 +19,7 @@ use crate::path::PathView;
 use crate::policy::{parse_flow, FlowKey, Policy};
 use crate::sched::split::FlowMeter;
 use crate::sched::{split, PathSet, Scheduler, Selection, MAX_PATHS};
-use crate::wire::DataFlags;
+use crate::wire::{DataFlags, OrderMode};
 use crate::Instant;
 use std::sync::Arc;
 
@@ -51,14 +51,16 @@ impl Session {
         };
         self.put_views(views);
         let flags = DataFlags::new(policy.code(), false);
-        self.push_data_jobs(sel, seq, flags, packet);
+        self.push_data_jobs(sel, seq, (flags, 0), packet);
     }
 
+    /// Jobs sending packet `seq` on the selected paths; `order` is its flags and its
+    /// predecessor's distance (`wire::OrderMode`).
     pub(super) fn push_data_jobs(
         &mut self,
         sel: Selection,
         seq: u64,
-        flags: DataFlags,
+        (flags, pred_gap): (DataFlags, u16),
         packet: Arc<[u8]>,
     ) {
         let targets: PathSet = match sel {
@@ -79,6 +81,7 @@ impl Session {
                 path,
                 seq,
                 flags,
+                pred_gap,
                 packet: packet.clone(),
             });
         }
@@ -119,7 +122,7 @@ impl Session {
                 self.wait_for_pacer(now, &views, len);
             } else if let Some(r) = self.reinject.pop_front() {
                 self.pace_wake = None;
-                self.push_data_jobs(sel, r.data_seq, r.flags, r.packet);
+                self.push_data_jobs(sel, r.data_seq, (r.flags, r.pred_gap), r.packet);
             }
             self.put_views(views);
             return;
@@ -145,17 +148,17 @@ impl Session {
             return;
         }
         self.pace_wake = None;
-        let Some((seq, pkt)) = take_striped(
+        let Some(s) = take_striped(
             &mut self.agg_queue,
             &mut self.flow_meter,
             &mut self.next_data_seq,
             now,
             flow,
+            true,
         ) else {
             return;
         };
-        let flags = DataFlags::new(Policy::Aggregate.code(), true);
-        self.push_data_jobs(sel, seq, flags, pkt);
+        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), s.packet);
     }
 
     /// No path may send the `len`-byte packet now: the paths are busy, not idle.
@@ -178,22 +181,45 @@ impl Session {
     }
 }
 
+/// A packet leaving the aggregate queue: its `data_seq`, and flags that order it after its
+/// flow's previous packet.
+pub(super) struct Striped {
+    pub seq: u64,
+    pub flags: DataFlags,
+    pub pred_gap: u16,
+    pub packet: Arc<[u8]>,
+}
+
 /// Takes the head of the aggregate queue as the next striped packet: gives it its
-/// `data_seq` and counts its bytes for its flow (`split.rs`). The scheduler's packet and
-/// the small ones riding with it (`transmit.rs`) both leave the queue here. (Fields, not
-/// `&mut Session`: the datagram builder holds the path and key borrowed meanwhile.)
+/// `data_seq`, records it for its flow `flow` (`split.rs`: its bytes count for the split
+/// rule if `metered`) and names the flow's previous packet as the one the receiver
+/// releases it after; a packet of unknown flow is released after every earlier packet.
+/// The scheduler's packet and the small ones riding with it (`transmit.rs`) both leave
+/// the queue here. (Fields, not `&mut Session`: the datagram builder holds the path and
+/// key borrowed meanwhile.)
 pub(super) fn take_striped(
     queue: &mut CodelQueue,
     meter: &mut FlowMeter,
     next_data_seq: &mut u64,
     now: Instant,
     flow: Option<FlowKey>,
-) -> Option<(u64, Arc<[u8]>)> {
-    let pkt = queue.take()?;
-    if let Some(k) = flow {
-        meter.record(now, k, pkt.len());
-    }
+    metered: bool,
+) -> Option<Striped> {
+    let packet = queue.take()?;
     let seq = *next_data_seq;
     *next_data_seq += 1;
-    Some((seq, pkt))
+    let flags = DataFlags::new(Policy::Aggregate.code(), true);
+    let (flags, pred_gap) = match flow {
+        Some(k) => {
+            let prev = meter.record(now, k, metered.then_some(packet.len()), seq);
+            flags.with_pred_gap(prev.map(|p| seq - p))
+        }
+        None => (flags.with_order(OrderMode::Session), 0),
+    };
+    Some(Striped {
+        seq,
+        flags,
+        pred_gap,
+        packet,
+    })
 }

@@ -10,9 +10,10 @@ use super::Session;
 use crate::crypto::TAG_LEN;
 use crate::header_compress::Encoding;
 use crate::path::{PathId, SentKind};
+use crate::policy::parse_flow;
 use crate::wire::{
-    outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame, PairFrame,
-    DATA_HEADER_LEN,
+    outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame, OrderMode,
+    PairFrame, DATA_HEADER_LEN,
 };
 use crate::Instant;
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ pub(super) enum Job {
         path: PathId,
         seq: u64,
         flags: DataFlags,
+        /// The flow predecessor's distance, if `flags` name one (`wire::OrderMode`).
+        pred_gap: u16,
         packet: Arc<[u8]>,
     },
     /// Feedback only.
@@ -105,6 +108,29 @@ impl Session {
             }
             _ => Encoding::Plain,
         };
+        // A packet that fills the datagram has no room for its predecessor's distance: it
+        // is then ordered after every earlier packet, which is never wrong, only slower.
+        let order = match job {
+            Job::Data {
+                flags,
+                pred_gap,
+                packet,
+                ..
+            } => {
+                let fits = DATA_HEADER_LEN
+                    + TAG_LEN
+                    + InnerHeader::LEN
+                    + encoding.frame_len(packet.len())
+                    + flags.extra_len()
+                    <= self.cfg.max_datagram;
+                if fits {
+                    (*flags, *pred_gap)
+                } else {
+                    (flags.with_order(OrderMode::Session), 0)
+                }
+            }
+            _ => (DataFlags::default(), 0),
+        };
         let path_id = job.path();
         let idx = self.paths.iter().position(|s| s.path.id() == path_id)?;
         let kp = self.keys.current.as_mut()?;
@@ -124,7 +150,7 @@ impl Session {
         // Feedback rides along only where it fits under the datagram bound: a full-size
         // packet leaves without it, and the ACK goes in a datagram of its own when due.
         let body = match job {
-            Job::Data { packet, .. } => encoding.frame_len(packet.len()),
+            Job::Data { packet, .. } => encoding.frame_len(packet.len()) + order.0.extra_len(),
             _ => 1,
         };
         let room = self
@@ -156,19 +182,19 @@ impl Session {
             }
         }
         match job {
-            Job::Data {
-                seq, flags, packet, ..
-            } => {
+            Job::Data { seq, packet, .. } => {
+                let (flags, pred_gap) = order;
                 let frame = DataFrame {
                     data_seq: *seq,
-                    flags: *flags,
+                    flags,
+                    pred_gap,
                     payload: packet,
                 };
                 let written = match encoding {
                     Encoding::Plain => w.data(&frame),
                     Encoding::Define(ctx) => w.data_define(ctx, &frame),
                     Encoding::Compressed { ctx, header_len } => {
-                        w.data_compressed_packet(*seq, *flags, ctx, packet, header_len)
+                        w.data_compressed_packet(*seq, flags, pred_gap, ctx, packet, header_len)
                     }
                 };
                 if written.is_err() {
@@ -184,26 +210,28 @@ impl Session {
                         let Some(next) = self.agg_queue.head(now) else {
                             break;
                         };
+                        // Room for the largest header a rider may need (with a gap).
                         if next.len() > RIDER_MAX
-                            || w.len() + DataFrame::HEADER_LEN + next.len() > limit
+                            || w.len() + DataFrame::HEADER_LEN + 2 + next.len() > limit
                         {
                             break;
                         }
-                        // Not counted for the split rule: a flow of packets this small
-                        // (acknowledgements) never needs a second path.
-                        let Some((seq, pkt)) = super::schedule::take_striped(
+                        let flow = parse_flow(next).map(|(k, _)| k);
+                        let Some(r) = super::schedule::take_striped(
                             &mut self.agg_queue,
                             &mut self.flow_meter,
                             &mut self.next_data_seq,
                             now,
-                            None,
+                            flow,
+                            false,
                         ) else {
                             break;
                         };
                         let frame = DataFrame {
-                            data_seq: seq,
-                            flags: *flags,
-                            payload: &pkt,
+                            data_seq: r.seq,
+                            flags: r.flags,
+                            pred_gap: r.pred_gap,
+                            payload: &r.packet,
                         };
                         // Cannot fail: the room was checked above.
                         if w.data(&frame).is_err() {
@@ -211,7 +239,7 @@ impl Session {
                             break;
                         }
                         self.counters.tx_riders += 1;
-                        self.riders.push((seq, pkt));
+                        self.riders.push(r);
                     }
                 }
             }
@@ -229,13 +257,11 @@ impl Session {
             Job::Ack { .. } | Job::Close { .. } => SentKind::AckOnly,
         };
         let path_seq = slot.path.on_sent(now, total, kind);
-        if let Job::Data {
-            seq, flags, packet, ..
-        } = job
-        {
-            slot.in_flight.on_sent(path_seq, *seq, *flags, packet);
-            for (rseq, rpkt) in self.riders.drain(..) {
-                slot.in_flight.on_sent(path_seq, rseq, *flags, &rpkt);
+        if let Job::Data { seq, packet, .. } = job {
+            slot.in_flight.on_sent(path_seq, *seq, order, packet);
+            for r in self.riders.drain(..) {
+                slot.in_flight
+                    .on_sent(path_seq, r.seq, (r.flags, r.pred_gap), &r.packet);
             }
         }
         InnerHeader {

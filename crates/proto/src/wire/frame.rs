@@ -2,17 +2,19 @@
 //!
 //! ```text
 //! inner header: path_seq u32 | send_time_us u32
-//! DATA  (0x01): data_seq u64 | flags u8 | len u16 | len bytes (one IP packet)
+//! DATA  (0x01): data_seq u64 | flags u8 | [pred_gap u16] | len u16 | len bytes (one IP packet)
 //! ACK   (0x02): path u8 | largest_path_seq u32 | ack_delay_us u32 | recv_count u64 | recv_bytes u64
 //! PING  (0x03): (empty) — asks the peer to acknowledge this path now
 //! CLOSE (0x04): (empty) — the sender is ending the session
 //! PAIR  (0x05): path u8 | capacity_kbps u32 — packet-pair capacity measured on that path
-//! DEFINE(0x06): ctx u8 | data_seq u64 | flags u8 | IP packet, to the end of the datagram —
+//! DEFINE(0x06): ctx u8 | data_seq u64 | flags u8 | [pred_gap u16] | IP packet, to the end of
+//!               the datagram —
 //!               DATA that also (re)defines header-compression context `ctx`
 //!               (`header_compress.rs`); one byte shorter than DATA, so it fits wherever
 //!               DATA does
-//! TCP   (0x07): ctx u8 | data_seq u64 | flags u8 | changing header fields + payload, to the
-//!               end of the datagram — one TCP/IPv4 packet compressed against `ctx`
+//! TCP   (0x07): ctx u8 | data_seq u64 | flags u8 | [pred_gap u16] | changing header fields +
+//!               payload, to the end of the datagram — one TCP/IPv4 packet compressed
+//!               against `ctx`
 //! NACK  (0x08): path u8 | first_path_seq u32 | count u16 — datagrams `first ..
 //!               first + count` never arrived on that path (the receiver saw a later one):
 //!               the sender repairs the ordered data they carried (`session/reinject.rs`)
@@ -20,6 +22,9 @@
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
 //! paths, and is what de-duplicates redundant copies and orders striped packets.
+//! `pred_gap` is present only when the flags' order mode is `FlowGap` (`OrderMode`): the
+//! packet's flow sent its previous packet as `data_seq − pred_gap`, and the receiver need
+//! not hold it for anything else.
 //! Invariant: `FrameReader` never panics and never reads past the buffer.
 
 use super::WireError;
@@ -61,21 +66,38 @@ impl InnerHeader {
     }
 }
 
-/// Flags of a DATA frame: which policy the flow is under and whether the receiver must
-/// deliver it in order.
+/// Flags of a DATA frame: which policy the flow is under, whether the receiver must
+/// deliver it in order, and in which order (bits 3–4, `OrderMode`). Bits 5–7 are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DataFlags(pub u8);
+
+/// What an `ordered` packet waits for at the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderMode {
+    /// Every packet of the session sent before it (the order of version 0.2).
+    Session,
+    /// Nothing: the first packet of its flow.
+    FlowFirst,
+    /// The previous packet of its flow, `pred_gap` sequence numbers back (a u16 follows
+    /// the flags).
+    FlowGap,
+    /// The previous packet of its flow, which is the session's previous packet
+    /// (`pred_gap` = 1, not sent).
+    FlowPrev,
+}
 
 impl DataFlags {
     /// The receiver holds this packet in the reorder buffer until earlier ones arrive.
     pub const ORDERED: u8 = 0x01;
+    const ORDER_SHIFT: u8 = 3;
+    const ORDER_MASK: u8 = 0x03 << Self::ORDER_SHIFT;
 
     /// Policy code carried so the server can apply the same policy to the reverse flow.
     pub fn policy_code(self) -> u8 {
         (self.0 >> 1) & 0x03
     }
 
-    /// Builds flags from a policy code (0..=3) and the ordered bit.
+    /// Builds flags from a policy code (0..=3) and the ordered bit (order mode `Session`).
     pub fn new(policy_code: u8, ordered: bool) -> Self {
         DataFlags(((policy_code & 0x03) << 1) | u8::from(ordered))
     }
@@ -83,6 +105,50 @@ impl DataFlags {
     /// Whether the packet is to be delivered in order.
     pub fn ordered(self) -> bool {
         self.0 & Self::ORDERED != 0
+    }
+
+    /// What the packet waits for, if `ordered`.
+    pub fn order_mode(self) -> OrderMode {
+        match (self.0 & Self::ORDER_MASK) >> Self::ORDER_SHIFT {
+            0 => OrderMode::Session,
+            1 => OrderMode::FlowFirst,
+            2 => OrderMode::FlowGap,
+            _ => OrderMode::FlowPrev,
+        }
+    }
+
+    /// The same flags with order mode `mode`.
+    pub fn with_order(self, mode: OrderMode) -> Self {
+        let bits = match mode {
+            OrderMode::Session => 0,
+            OrderMode::FlowFirst => 1,
+            OrderMode::FlowGap => 2,
+            OrderMode::FlowPrev => 3,
+        };
+        DataFlags((self.0 & !Self::ORDER_MASK) | (bits << Self::ORDER_SHIFT))
+    }
+
+    /// Flags ordering a packet after its flow's previous packet, `pred_gap` sequence
+    /// numbers back (`None`: the flow has none). A gap beyond 16 bits falls back to the
+    /// session order, which is never wrong, only slower.
+    pub fn with_pred_gap(self, pred_gap: Option<u64>) -> (Self, u16) {
+        match pred_gap {
+            None => (self.with_order(OrderMode::FlowFirst), 0),
+            Some(1) => (self.with_order(OrderMode::FlowPrev), 1),
+            Some(g) => match u16::try_from(g) {
+                Ok(g) if g > 0 => (self.with_order(OrderMode::FlowGap), g),
+                _ => (self.with_order(OrderMode::Session), 0),
+            },
+        }
+    }
+
+    /// Bytes the order mode adds after the flags byte.
+    pub fn extra_len(self) -> usize {
+        if self.order_mode() == OrderMode::FlowGap {
+            2
+        } else {
+            0
+        }
     }
 }
 
@@ -93,13 +159,21 @@ pub struct DataFrame<'a> {
     pub data_seq: u64,
     /// Policy and ordering flags.
     pub flags: DataFlags,
+    /// How far back the flow's previous packet is (`DataFlags::with_pred_gap`); 1 for
+    /// `FlowPrev`, 0 when the order mode names no predecessor.
+    pub pred_gap: u16,
     /// The IP packet.
     pub payload: &'a [u8],
 }
 
 impl DataFrame<'_> {
-    /// Bytes before the payload, including the frame type byte.
+    /// Bytes before the payload, including the frame type byte, without `pred_gap`.
     pub const HEADER_LEN: usize = 1 + 8 + 1 + 2;
+
+    /// Bytes before the payload with these flags.
+    pub fn header_len(flags: DataFlags) -> usize {
+        Self::HEADER_LEN + flags.extra_len()
+    }
 }
 
 /// A TCP/IPv4 packet with compressed headers (`header_compress.rs`); always the last frame.
@@ -109,6 +183,8 @@ pub struct CompressedFrame<'a> {
     pub data_seq: u64,
     /// Policy and ordering flags.
     pub flags: DataFlags,
+    /// As in `DataFrame`.
+    pub pred_gap: u16,
     /// Header-compression context.
     pub ctx: u8,
     /// Changing header fields, then the TCP payload.
@@ -116,8 +192,13 @@ pub struct CompressedFrame<'a> {
 }
 
 impl CompressedFrame<'_> {
-    /// Bytes before the body, including the frame type byte.
+    /// Bytes before the body, including the frame type byte, without `pred_gap`.
     pub const HEADER_LEN: usize = 1 + 1 + 8 + 1;
+
+    /// Bytes before the body with these flags.
+    pub fn header_len(flags: DataFlags) -> usize {
+        Self::HEADER_LEN + flags.extra_len()
+    }
 }
 
 /// Per-path feedback: what the receiver has seen of one path.
@@ -205,25 +286,43 @@ impl<'a> FrameReader<'a> {
     /// A frame laid out as `ctx u8 | data_seq u64 | flags u8 | body` running to the end.
     fn tail_frame(&mut self) -> Result<CompressedFrame<'a>, WireError> {
         let h = self.take(CompressedFrame::HEADER_LEN - 1)?;
+        let flags = DataFlags(h[9]);
+        let pred_gap = self.pred_gap(flags)?;
         Ok(CompressedFrame {
             ctx: h[0],
             data_seq: u64::from_be_bytes(h[1..9].try_into().unwrap_or([0; 8])),
-            flags: DataFlags(h[9]),
+            flags,
+            pred_gap,
             body: core::mem::take(&mut self.rest),
         })
     }
 
     /// The fields of a DATA frame after its type byte.
     fn data(&mut self) -> Result<DataFrame<'a>, WireError> {
-        let h = self.take(11)?;
+        let h = self.take(9)?;
         let data_seq = u64::from_be_bytes(h[..8].try_into().unwrap_or([0; 8]));
         let flags = DataFlags(h[8]);
-        let len = u16::from_be_bytes([h[9], h[10]]) as usize;
+        let pred_gap = self.pred_gap(flags)?;
+        let l = self.take(2)?;
+        let len = u16::from_be_bytes([l[0], l[1]]) as usize;
         let payload = self.take(len)?;
         Ok(DataFrame {
             data_seq,
             flags,
+            pred_gap,
             payload,
+        })
+    }
+
+    /// The `pred_gap` after the flags: read if the order mode carries one.
+    fn pred_gap(&mut self, flags: DataFlags) -> Result<u16, WireError> {
+        Ok(match flags.order_mode() {
+            OrderMode::FlowGap => {
+                let g = self.take(2)?;
+                u16::from_be_bytes([g[0], g[1]])
+            }
+            OrderMode::FlowPrev => 1,
+            OrderMode::Session | OrderMode::FlowFirst => 0,
         })
     }
 
@@ -253,6 +352,7 @@ impl<'a> Iterator for FrameReader<'a> {
                     DataFrame {
                         data_seq: f.data_seq,
                         flags: f.flags,
+                        pred_gap: f.pred_gap,
                         payload: f.body,
                     },
                 )
@@ -341,12 +441,12 @@ impl<'a> FrameWriter<'a> {
     /// Writes a DATA frame.
     pub fn data(&mut self, f: &DataFrame<'_>) -> Result<(), WireError> {
         let len = u16::try_from(f.payload.len()).map_err(|_| WireError::BufferTooSmall)?;
-        if self.remaining() < DataFrame::HEADER_LEN + f.payload.len() {
+        if self.remaining() < DataFrame::header_len(f.flags) + f.payload.len() {
             return Err(WireError::BufferTooSmall);
         }
         self.put(&[0x01])?;
         self.put(&f.data_seq.to_be_bytes())?;
-        self.put(&[f.flags.0])?;
+        self.put_flags(f.flags, f.pred_gap)?;
         self.put(&len.to_be_bytes())?;
         self.put(f.payload)
     }
@@ -359,6 +459,7 @@ impl<'a> FrameWriter<'a> {
             &CompressedFrame {
                 data_seq: f.data_seq,
                 flags: f.flags,
+                pred_gap: f.pred_gap,
                 ctx,
                 body: f.payload,
             },
@@ -371,13 +472,22 @@ impl<'a> FrameWriter<'a> {
     }
 
     fn put_tail_frame(&mut self, t: u8, f: &CompressedFrame<'_>) -> Result<(), WireError> {
-        if self.remaining() < CompressedFrame::HEADER_LEN + f.body.len() {
+        if self.remaining() < CompressedFrame::header_len(f.flags) + f.body.len() {
             return Err(WireError::BufferTooSmall);
         }
         self.put(&[t, f.ctx])?;
         self.put(&f.data_seq.to_be_bytes())?;
-        self.put(&[f.flags.0])?;
+        self.put_flags(f.flags, f.pred_gap)?;
         self.put(f.body)
+    }
+
+    /// The flags byte, and `pred_gap` if the order mode carries one.
+    fn put_flags(&mut self, flags: DataFlags, pred_gap: u16) -> Result<(), WireError> {
+        self.put(&[flags.0])?;
+        if flags.extra_len() > 0 {
+            self.put(&pred_gap.to_be_bytes())?;
+        }
+        Ok(())
     }
 
     /// Writes a compressed TCP frame for `packet`: the changing header fields
@@ -386,15 +496,21 @@ impl<'a> FrameWriter<'a> {
         &mut self,
         data_seq: u64,
         flags: DataFlags,
+        pred_gap: u16,
         ctx: u8,
         packet: &[u8],
         header_len: usize,
     ) -> Result<(), WireError> {
         let payload = packet.get(header_len..).ok_or(WireError::BufferTooSmall)?;
         let start = self.len;
-        self.put(&[0x07, ctx])?;
-        self.put(&data_seq.to_be_bytes())?;
-        self.put(&[flags.0])?;
+        let written = self
+            .put(&[0x07, ctx])
+            .and_then(|()| self.put(&data_seq.to_be_bytes()))
+            .and_then(|()| self.put_flags(flags, pred_gap));
+        if written.is_err() {
+            self.len = start;
+            return written;
+        }
         let rest = self
             .buf
             .get_mut(self.len..)
@@ -472,6 +588,7 @@ mod tests {
         w.data(&DataFrame {
             data_seq: 3,
             flags: DataFlags::new(2, true),
+            pred_gap: 0,
             payload: &[0xaa, 0xbb],
         })
         .unwrap();
@@ -493,6 +610,47 @@ mod tests {
             }
             _ => panic!("expected data"),
         }
+    }
+
+    /// A flow-ordered packet carries its predecessor's distance after the flags, only when
+    /// it is neither the flow's first packet nor the session's previous one.
+    #[test]
+    fn pred_gap_fixture() {
+        let flags = DataFlags::new(2, true);
+        let (gap, g) = flags.with_pred_gap(Some(0x0102));
+        assert_eq!(
+            (gap.order_mode(), gap.extra_len(), g),
+            (OrderMode::FlowGap, 2, 0x0102)
+        );
+        let (prev, g) = flags.with_pred_gap(Some(1));
+        assert_eq!(
+            (prev.order_mode(), prev.extra_len(), g),
+            (OrderMode::FlowPrev, 0, 1)
+        );
+        let (first, _) = flags.with_pred_gap(None);
+        assert_eq!(first.order_mode(), OrderMode::FlowFirst);
+        let (far, _) = flags.with_pred_gap(Some(70_000));
+        assert_eq!(far.order_mode(), OrderMode::Session);
+        assert_eq!((far.ordered(), far.policy_code()), (true, 2));
+        let mut b = [0u8; 32];
+        let mut w = FrameWriter::new(&mut b);
+        let f = DataFrame {
+            data_seq: 3,
+            flags: gap,
+            pred_gap: 0x0102,
+            payload: &[0xaa],
+        };
+        w.data(&f).unwrap();
+        let n = w.len();
+        assert_eq!(
+            &b[..n],
+            &[1, 0, 0, 0, 0, 0, 0, 0, 3, 0x15, 1, 2, 0, 1, 0xaa]
+        );
+        let frames: Vec<_> = FrameReader::new(&b[..n]).collect();
+        assert_eq!(frames, vec![Ok(Frame::Data(f))]);
+        // Cut inside the gap: an error, never a panic.
+        let r: Vec<_> = FrameReader::new(&b[..11]).collect();
+        assert!(matches!(r[0], Err(WireError::Truncated { .. })));
     }
 
     #[test]
@@ -543,7 +701,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trip(seq: u64, flags: u8, payload in proptest::collection::vec(any::<u8>(), 0..200),
+        fn round_trip(seq: u64, flags: u8, gap: u16, payload in proptest::collection::vec(any::<u8>(), 0..200),
                       acks in proptest::collection::vec(arb_ack(), 0..4), ping: bool,
                       pair in proptest::option::of((any::<u8>(), any::<u32>()))) {
             let mut b = vec![0u8; 2048];
@@ -551,7 +709,14 @@ mod tests {
             for a in &acks { w.ack(a).unwrap(); }
             let pair = pair.map(|(path, capacity_kbps)| PairFrame { path, capacity_kbps });
             if let Some(p) = &pair { w.pair(p).unwrap(); }
-            w.data(&DataFrame { data_seq: seq, flags: DataFlags(flags), payload: &payload }).unwrap();
+            let flags = DataFlags(flags);
+            // What the reader reports: the gap only where the order mode names one.
+            let pred_gap = match flags.order_mode() {
+                OrderMode::FlowGap => gap,
+                OrderMode::FlowPrev => 1,
+                _ => 0,
+            };
+            w.data(&DataFrame { data_seq: seq, flags, pred_gap, payload: &payload }).unwrap();
             if ping { w.ping().unwrap(); }
             let n = w.len();
             let frames: Vec<_> = FrameReader::new(&b[..n]).collect::<Result<_, _>>().unwrap();
@@ -559,7 +724,7 @@ mod tests {
             prop_assert_eq!(frames.len(), acks.len() + np + 1 + usize::from(ping));
             for (f, a) in frames.iter().zip(&acks) { prop_assert_eq!(*f, Frame::Ack(*a)); }
             if let Some(p) = pair { prop_assert_eq!(frames[acks.len()], Frame::Pair(p)); }
-            prop_assert_eq!(frames[acks.len() + np], Frame::Data(DataFrame { data_seq: seq, flags: DataFlags(flags), payload: &payload }));
+            prop_assert_eq!(frames[acks.len() + np], Frame::Data(DataFrame { data_seq: seq, flags, pred_gap, payload: &payload }));
         }
 
         #[test]

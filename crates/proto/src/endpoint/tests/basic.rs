@@ -127,3 +127,69 @@ fn a_burst_of_small_striped_packets_shares_datagrams() {
     );
     assert!(p.client.session().counters().tx_riders >= u64::from(BURST) - 6);
 }
+
+/// A small flow that shares a session with a striped bulk flow is not held behind the
+/// bulk packets still crossing the slower path: each flow is released in its own order.
+/// A ping every 28 ms rides the 5-ms path (the split rule keeps small flows on the
+/// primary) while a 14 Mbit/s TCP flow is striped over 5-ms and 40-ms paths of 10 Mbit/s.
+/// Held in session order, each ping waited for the bulk packets sent just before it on
+/// the 40-ms path: 35 ms more. The bound is halfway between the two paths' delays.
+#[test]
+fn a_small_flow_is_not_held_behind_a_striped_one() {
+    const BULK: usize = 1200;
+    const PING: usize = 40;
+    let mut p = Pair::new(
+        vec![Link::new(5, Some(10.0)), Link::new(40, Some(10.0))],
+        Policy::Aggregate,
+        None,
+        5,
+    );
+    p.establish();
+    let mut pings = Vec::new();
+    p.traffic(
+        3000,
+        Duration::from_micros(700),
+        BULK,
+        (true, false),
+        Duration::from_secs(1),
+        |pair, n| {
+            if n % 40 == 20 {
+                // Another flow: UDP (under 52 bytes) from another port; no checksum to fix.
+                let mut ping = packet(true, 100_000 + n, PING);
+                ping[20..22].copy_from_slice(&7000u16.to_be_bytes());
+                pair.client.handle_tun_packet(pair.now, &ping);
+                pings.push((100_000 + n, pair.now));
+            }
+        },
+    );
+    let (bulk, small): (Vec<_>, Vec<_>) = p
+        .delivered_up
+        .iter()
+        .cloned()
+        .partition(|(_, pkt)| pkt.len() == BULK);
+    assert_eq!(
+        numbers(&bulk),
+        (0..3000).collect::<Vec<_>>(),
+        "the bulk flow arrives whole and in order"
+    );
+    assert_intact_unique(&bulk, true, BULK, "bulk");
+    let slow_path_datagrams = p.sent.iter().filter(|s| s.to_server && s.path == 1).count();
+    assert!(
+        slow_path_datagrams > 500,
+        "the bulk flow must be striped: {slow_path_datagrams} datagrams on the 40-ms path"
+    );
+    assert_eq!(small.len(), pings.len(), "every ping delivered");
+    let mut delays: Vec<Duration> = small
+        .iter()
+        .map(|(at, pkt)| {
+            let sent = pings.iter().find(|(n, _)| *n == number(pkt)).unwrap().1;
+            at.saturating_since(sent)
+        })
+        .collect();
+    delays.sort();
+    let median = delays[delays.len() / 2];
+    assert!(
+        median < Duration::from_micros(22_500),
+        "median ping delay {median:?}: held behind the slow path"
+    );
+}

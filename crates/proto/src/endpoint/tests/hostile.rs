@@ -265,6 +265,7 @@ fn extreme_sequence_numbers_from_an_authenticated_peer() {
         w.data(&DataFrame {
             data_seq: seq,
             flags: DataFlags::new(0, false),
+            pred_gap: 0,
             payload: &intruder,
         })
         .unwrap();

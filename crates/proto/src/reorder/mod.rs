@@ -1,24 +1,72 @@
-//! Receiver reorder buffer: releases striped packets in `data_seq` order.
+//! Receiver reorder buffer: releases striped packets in order — each after the packet its
+//! flow sent before it, or (for a packet whose flow is unknown) after every packet sent
+//! before it.
 //!
-//! Packets flagged `ordered` (the `aggregate` policy) that arrive ahead of a gap are held
-//! until the gap fills, or until the gap has lasted `hold` (which the session derives from
-//! the measured RTT difference between paths, not a fixed constant), or until the buffer
-//! exceeds its byte or entry bound — then the gap is skipped — or until the session
-//! learns that the hole was lost (`skip_lost_below`: every active path has delivered
-//! something newer, and paths are FIFO). Unordered packets (`best`,
-//! `redundant`) pass straight through but still fill their slot so they never block
-//! others. A packet older than the in-order point (it lost a race with a skip) is
-//! delivered at once rather than dropped: late is better than lost for the inner TCP.
+//! Packets flagged `ordered` (the `aggregate` policy) that arrive ahead of what they wait
+//! for are held until it arrives, or until the gap at the in-order point has lasted `hold`
+//! (which the session derives from the measured RTT difference between paths, not a fixed
+//! constant), or until the buffer exceeds its byte or entry bound — then the gap is
+//! skipped — or until the session learns that the hole was lost (`skip_lost_below`: every
+//! active path has delivered something newer, and paths are FIFO).
+//!
+//! Why per flow: TCP only needs its own segments in order. Held in session order, a ping
+//! or a web request sent on the fast path right after a bulk flow's packets went out on a
+//! slower one waited for those packets — the whole delay difference between the paths
+//! (tens of milliseconds) added to every small flow that shares a session with a striped
+//! one. The sender names each packet's flow predecessor (`wire::OrderMode`); a packet whose
+//! predecessor was released (or is behind the in-order point) goes at once, and leaves a
+//! marker in its slot so the in-order point can pass it.
+//!
+//! Unordered packets (`best`, `redundant`, reinjected copies) pass straight through but
+//! still fill their slot so they never block others. A packet older than the in-order
+//! point (it lost a race with a skip) is delivered at once rather than dropped: late is
+//! better than lost for the inner TCP.
 //!
 //! Invariants: each packet given to `insert` is released exactly once; memory is bounded
-//! by `max_bytes` and `MAX_ENTRIES`; with no skips, ordered packets leave in `data_seq`
-//! order. Duplicates are filtered before this buffer (by the replay window on data_seq).
+//! by `max_bytes` and `MAX_ENTRIES`; with no skips, each flow's packets leave in the order
+//! their flow sent them, and session-ordered packets after every packet sent before them.
+//! Duplicates are filtered before this buffer (by the replay window on data_seq).
 
+use crate::wire::{DataFlags, OrderMode};
 use crate::Instant;
 use core::time::Duration;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Most entries (held packets plus pass-through markers) kept.
+/// What a packet waits for before it may be released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Nothing, and it is not counted as reordering (`best`, `redundant`, reinjected
+    /// copies).
+    Unordered,
+    /// Every packet sent before it (its flow is unknown to the sender).
+    Session,
+    /// Nothing: the first packet of its flow.
+    FlowFirst,
+    /// The packet with this `data_seq`, the previous one of its flow.
+    After(u64),
+}
+
+impl Order {
+    /// The order a DATA frame asks for. A predecessor that cannot be (a gap of zero, or
+    /// reaching below sequence number 0) falls back to the session order: slower, never
+    /// out of order.
+    pub fn of(flags: DataFlags, data_seq: u64, pred_gap: u16) -> Order {
+        if !flags.ordered() {
+            return Order::Unordered;
+        }
+        match flags.order_mode() {
+            OrderMode::Session => Order::Session,
+            OrderMode::FlowFirst => Order::FlowFirst,
+            OrderMode::FlowGap | OrderMode::FlowPrev => data_seq
+                .checked_sub(u64::from(pred_gap))
+                .filter(|_| pred_gap > 0)
+                .map_or(Order::Session, Order::After),
+        }
+    }
+}
+
+/// Most entries (held packets, markers of released ones, and held packets' links to their
+/// predecessors) kept.
 pub const MAX_ENTRIES: usize = 16_384;
 
 /// Reorder metrics (seed 003 §4.3: buffer occupancy and reorder density come from these).
@@ -61,6 +109,8 @@ impl Default for ReorderStats {
     }
 }
 
+/// A slot ahead of the in-order point: a held packet, or the marker of one released
+/// already (`packet: None`).
 struct Entry {
     packet: Option<Vec<u8>>,
     arrival: Instant,
@@ -70,6 +120,10 @@ struct Entry {
 pub struct ReorderBuffer {
     next: Option<u64>,
     entries: BTreeMap<u64, Entry>,
+    /// Held packets by the predecessor they wait for: `pred → seq`. Entries whose packet
+    /// left another way (in order, or by a skip) are dropped once the in-order point
+    /// passes their key.
+    waiters: BTreeMap<u64, u64>,
     held_packets: usize,
     held_bytes: usize,
     max_bytes: usize,
@@ -95,6 +149,7 @@ impl ReorderBuffer {
         ReorderBuffer {
             next: None,
             entries: BTreeMap::new(),
+            waiters: BTreeMap::new(),
             held_packets: 0,
             held_bytes: 0,
             max_bytes,
@@ -140,11 +195,12 @@ impl ReorderBuffer {
         now: Instant,
         seq: u64,
         packet: Vec<u8>,
-        ordered: bool,
+        order: Order,
         out: &mut VecDeque<Vec<u8>>,
     ) {
         self.stats.inserts += 1;
         self.stats.occupancy_sum += self.held_packets as u64;
+        let ordered = order != Order::Unordered;
         if ordered {
             let expected = self.highest.map_or(seq, |h| h + 1);
             let d = (seq as i128 - expected as i128).clamp(-16, 16);
@@ -169,12 +225,20 @@ impl ReorderBuffer {
             out.push_back(packet);
             return;
         }
-        if seq == next || !ordered {
+        let free = seq == next
+            || match order {
+                Order::Unordered | Order::FlowFirst => true,
+                Order::Session => false,
+                Order::After(pred) => self.released(pred),
+            };
+        if free {
             out.push_back(packet);
             if seq == next {
                 self.next = Some(seq + 1);
                 self.drain(now, out);
             } else {
+                // A marker, so the in-order point passes this slot; it also times the gap
+                // before it, which bounds how long markers stay.
                 self.entries.insert(
                     seq,
                     Entry {
@@ -182,6 +246,8 @@ impl ReorderBuffer {
                         arrival: now,
                     },
                 );
+                self.gap_since.get_or_insert(now);
+                self.wake(seq, out);
             }
         } else {
             self.held_bytes += packet.len();
@@ -195,10 +261,46 @@ impl ReorderBuffer {
                     arrival: now,
                 },
             );
+            if let Order::After(pred) = order {
+                self.waiters.insert(pred, seq);
+            }
             self.gap_since.get_or_insert(now);
         }
-        while self.held_bytes > self.max_bytes || self.entries.len() > MAX_ENTRIES {
+        while self.held_bytes > self.max_bytes
+            || self.entries.len() + self.waiters.len() > MAX_ENTRIES
+        {
             self.skip_gap(now, out);
+        }
+    }
+
+    /// Whether packet `seq` has left: behind the in-order point, or a marker ahead of it.
+    fn released(&self, seq: u64) -> bool {
+        self.next.is_some_and(|n| seq < n)
+            || self.entries.get(&seq).is_some_and(|e| e.packet.is_none())
+    }
+
+    /// `seq` was just released: release the packet of its flow that waited for it, and
+    /// the one that waited for that, and so on.
+    fn wake(&mut self, seq: u64, out: &mut VecDeque<Vec<u8>>) {
+        if let Some(waiting) = self.waiters.remove(&seq) {
+            self.release_chain(waiting, out);
+        }
+    }
+
+    /// Releases held packet `seq` (if it still is) and then its flow's successors that
+    /// waited for it. A link whose packet left another way is followed all the same: that
+    /// packet is released too.
+    fn release_chain(&mut self, mut seq: u64, out: &mut VecDeque<Vec<u8>>) {
+        loop {
+            if let Some(p) = self.entries.get_mut(&seq).and_then(|e| e.packet.take()) {
+                self.held_bytes -= p.len();
+                self.held_packets -= 1;
+                out.push_back(p);
+            }
+            match self.waiters.remove(&seq) {
+                Some(waiting) => seq = waiting,
+                None => return,
+            }
         }
     }
 
@@ -245,25 +347,34 @@ impl ReorderBuffer {
                 out.push_back(p);
             }
         }
+        self.waiters.clear();
         self.held_bytes = 0;
         self.held_packets = 0;
         self.gap_since = None;
     }
 
-    /// Gives up on the gap at the in-order point: jump to the first entry and drain.
+    /// Gives up on the gap at the in-order point: jump to the first entry and drain. Only
+    /// a skip that released held packets counts (and may teach the hold, `insert`): one
+    /// over markers alone kept nobody waiting.
     fn skip_gap(&mut self, now: Instant, out: &mut VecDeque<Vec<u8>>) {
         let Some((&first, _)) = self.entries.first_key_value() else {
+            // Nothing ahead: whatever links remain belong to packets that left already.
+            self.waiters.clear();
             self.gap_since = None;
             return;
         };
-        self.stats.skipped_gaps += 1;
+        let held = self.held_packets;
         let from = self.next.unwrap_or(first);
-        self.last_skip = Some((now, from..first));
         self.next = Some(first);
         self.drain(now, out);
+        if self.held_packets < held {
+            self.stats.skipped_gaps += 1;
+            self.last_skip = Some((now, from..first));
+        }
     }
 
-    /// Releases consecutive entries from the in-order point; updates the gap clock.
+    /// Releases consecutive entries from the in-order point, then every held packet whose
+    /// predecessor the in-order point has passed; updates the gap clock.
     fn drain(&mut self, now: Instant, out: &mut VecDeque<Vec<u8>>) {
         let mut next = self.next.unwrap_or(0);
         while let Some(e) = self.entries.remove(&next) {
@@ -275,152 +386,18 @@ impl ReorderBuffer {
             next += 1;
         }
         self.next = Some(next);
-        // The new gap (if any) is timed from when its first waiting packet arrived, but
-        // never from earlier than now minus nothing: a fresh gap starts its clock now at
-        // the latest.
-        self.gap_since = self
-            .entries
-            .values()
-            .find(|e| e.packet.is_some())
-            .map(|e| e.arrival.min(now));
-        if self.gap_since.is_none() {
-            // Only pass-through markers remain ahead: they block nothing.
-            self.entries.retain(|_, e| e.packet.is_some());
+        while let Some(entry) = self.waiters.first_entry() {
+            if *entry.key() >= next {
+                break;
+            }
+            let waiting = entry.remove();
+            self.release_chain(waiting, out);
         }
+        // The gap (if any) is timed from the first arrival behind it, held or released,
+        // and never from later than now.
+        self.gap_since = self.entries.values().next().map(|e| e.arrival.min(now));
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn t(ms: u64) -> Instant {
-        Instant::from_micros(ms * 1000)
-    }
-
-    #[test]
-    fn holds_until_gap_fills() {
-        let mut b = ReorderBuffer::new(1 << 20);
-        let mut out = VecDeque::new();
-        b.insert(t(0), 0, vec![0], true, &mut out);
-        b.insert(t(1), 2, vec![2], true, &mut out);
-        b.insert(t(2), 3, vec![3], true, &mut out);
-        assert_eq!(out.len(), 1);
-        b.insert(t(3), 1, vec![1], true, &mut out);
-        assert_eq!(out, [vec![0], vec![1], vec![2], vec![3]]);
-        assert_eq!(b.held_packets(), 0);
-    }
-
-    #[test]
-    fn skips_gap_after_hold() {
-        let mut b = ReorderBuffer::new(1 << 20);
-        let mut out = VecDeque::new();
-        b.insert(t(0), 0, vec![0], true, &mut out);
-        b.insert(t(10), 2, vec![2], true, &mut out);
-        let hold = Duration::from_millis(30);
-        assert_eq!(b.deadline(hold), Some(t(40)));
-        b.on_timeout(t(39), hold, &mut out);
-        assert_eq!(out.len(), 1);
-        b.on_timeout(t(40), hold, &mut out);
-        assert_eq!(out.len(), 2);
-        b.insert(t(41), 1, vec![1], true, &mut out);
-        assert_eq!(out.back(), Some(&vec![1]), "late packet still delivered");
-        assert_eq!(b.stats().late, 1);
-        // It came 1 ms after the skip: the hold learns 2 ms more, halving every 10 s.
-        assert_eq!(b.extra(t(41)), Duration::from_millis(2));
-        assert_eq!(b.extra(t(10_041)), Duration::from_millis(1));
-    }
-
-    /// Only a packet the hold gave up on teaches the hold: one given up on as known lost
-    /// (its repair came after all) does not, however long after an old timeout skip.
-    #[test]
-    fn packets_skipped_as_lost_do_not_lengthen_the_hold() {
-        let mut b = ReorderBuffer::new(1 << 20);
-        let mut out = VecDeque::new();
-        let hold = Duration::from_millis(30);
-        b.insert(t(0), 0, vec![0], true, &mut out);
-        b.insert(t(10), 2, vec![2], true, &mut out);
-        b.on_timeout(t(40), hold, &mut out);
-        // Seconds later, hole 5 is given up as lost; its repair lands after the skip.
-        b.insert(t(5_000), 3, vec![3], true, &mut out);
-        b.insert(t(5_000), 4, vec![4], true, &mut out);
-        b.insert(t(5_001), 6, vec![6], true, &mut out);
-        b.skip_lost_below(t(5_002), 6, &mut out);
-        b.insert(t(5_040), 5, vec![5], true, &mut out);
-        assert_eq!(b.stats().late, 1);
-        assert_eq!(b.extra(t(5_040)), Duration::ZERO);
-        // The packet the timeout skipped, arriving 1 ms after it, still teaches 2 ms.
-        b.insert(t(5_041), 1, vec![1], true, &mut out);
-        assert_eq!(b.stats().late, 2);
-        assert_eq!(out.len(), 7, "every packet released once");
-    }
-
-    #[test]
-    fn known_lost_holes_are_skipped_at_once() {
-        let mut b = ReorderBuffer::new(1 << 20);
-        let mut out = VecDeque::new();
-        b.insert(t(0), 0, vec![0], true, &mut out);
-        b.insert(t(1), 2, vec![2], true, &mut out);
-        b.insert(t(1), 5, vec![5], true, &mut out);
-        // Hole 1 is lost; 3 and 4 may still come.
-        b.skip_lost_below(t(2), 3, &mut out);
-        assert_eq!(out, [vec![0], vec![2]]);
-        assert_eq!(b.held_packets(), 1);
-        b.skip_lost_below(t(2), 6, &mut out);
-        assert_eq!(out, [vec![0], vec![2], vec![5]]);
-        assert_eq!(b.stats().lost_skips, 2);
-        assert_eq!(b.stats().skipped_gaps, 0);
-        // Density: 0 in order, 2 is +1, 5 is +2.
-        let d = b.stats().density;
-        assert_eq!((d[16], d[17], d[18]), (1, 1, 1));
-        assert_eq!(b.stats().displaced, 2);
-    }
-
-    #[test]
-    fn unordered_passes_through_and_fills_slot() {
-        let mut b = ReorderBuffer::new(1 << 20);
-        let mut out = VecDeque::new();
-        b.insert(t(0), 0, vec![0], true, &mut out);
-        b.insert(t(0), 2, vec![2], true, &mut out);
-        b.insert(t(0), 1, vec![1], false, &mut out);
-        assert_eq!(out, [vec![0], vec![1], vec![2]]);
-    }
-
-    #[test]
-    fn byte_bound_forces_release() {
-        let mut b = ReorderBuffer::new(100);
-        let mut out = VecDeque::new();
-        b.insert(t(0), 0, vec![0], true, &mut out);
-        for s in 2..10 {
-            b.insert(t(0), s, vec![0; 30], true, &mut out);
-        }
-        assert!(b.held_packets() * 30 <= 100);
-    }
-
-    proptest! {
-        /// Against a model: every packet comes out exactly once; with an unbounded hold
-        /// and no overflow, the ordered packets come out sorted.
-        #[test]
-        fn releases_each_once_in_order(perm in Just((0u64..300).collect::<Vec<_>>()).prop_shuffle(),
-                                       unordered in proptest::collection::vec(any::<bool>(), 300)) {
-            let mut b = ReorderBuffer::new(1 << 30);
-            let mut out = VecDeque::new();
-            // Start from seq 0 so nothing is "late".
-            b.insert(t(0), 0, 0u64.to_be_bytes().to_vec(), true, &mut out);
-            for (i, &s) in perm.iter().filter(|&&s| s != 0).enumerate() {
-                b.insert(t(i as u64), s, s.to_be_bytes().to_vec(), !unordered[s as usize], &mut out);
-            }
-            b.flush(&mut out);
-            let got: Vec<u64> = out.iter().map(|p| u64::from_be_bytes(p[..].try_into().unwrap())).collect();
-            let mut sorted = got.clone();
-            sorted.sort();
-            prop_assert_eq!(&sorted, &(0..300).collect::<Vec<_>>());
-            let ordered: Vec<u64> = got.iter().copied().filter(|&s| s == 0 || !unordered[s as usize]).collect();
-            let mut o2 = ordered.clone();
-            o2.sort();
-            prop_assert_eq!(ordered, o2);
-            prop_assert_eq!(b.stats().skipped_gaps, 0);
-        }
-    }
-}
+mod tests;
