@@ -13,7 +13,7 @@ use crate::path::{PathId, SentKind};
 use crate::policy::parse_flow;
 use crate::wire::{
     outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame, OrderMode,
-    PairFrame, DATA_HEADER_LEN,
+    PairFrame, DATA_HEADER_LEN, PRED_GAP_LEN,
 };
 use crate::Instant;
 use std::net::SocketAddr;
@@ -212,10 +212,12 @@ impl Session {
                         };
                         // Room for the largest header a rider may need (with a gap).
                         if next.len() > RIDER_MAX
-                            || w.len() + DataFrame::HEADER_LEN + 2 + next.len() > limit
+                            || w.len() + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() > limit
                         {
                             break;
                         }
+                        // Its flow orders it, but its bytes do not count for the split
+                        // rule (`FlowMeter::record`): acknowledgements need no second path.
                         let flow = parse_flow(next).map(|(k, _)| k);
                         let Some(r) = super::schedule::take_striped(
                             &mut self.agg_queue,

@@ -86,6 +86,9 @@ pub enum OrderMode {
     FlowPrev,
 }
 
+/// Bytes of `pred_gap` when the order mode carries one.
+pub const PRED_GAP_LEN: usize = 2;
+
 impl DataFlags {
     /// The receiver holds this packet in the reorder buffer until earlier ones arrive.
     pub const ORDERED: u8 = 0x01;
@@ -145,7 +148,7 @@ impl DataFlags {
     /// Bytes the order mode adds after the flags byte.
     pub fn extra_len(self) -> usize {
         if self.order_mode() == OrderMode::FlowGap {
-            2
+            PRED_GAP_LEN
         } else {
             0
         }
@@ -318,7 +321,7 @@ impl<'a> FrameReader<'a> {
     fn pred_gap(&mut self, flags: DataFlags) -> Result<u16, WireError> {
         Ok(match flags.order_mode() {
             OrderMode::FlowGap => {
-                let g = self.take(2)?;
+                let g = self.take(PRED_GAP_LEN)?;
                 u16::from_be_bytes([g[0], g[1]])
             }
             OrderMode::FlowPrev => 1,

@@ -11,7 +11,7 @@ pub(crate) mod outer;
 
 pub use frame::{
     AckFrame, CompressedFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader,
-    NackFrame, OrderMode, PairFrame,
+    NackFrame, OrderMode, PairFrame, PRED_GAP_LEN,
 };
 pub use outer::{
     MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
