@@ -114,6 +114,17 @@ pub enum SchedulerSpec {
     Weighted,
 }
 
+/// In which order the receiver releases striped packets (`SessionConfig::flow_order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ReorderSpec {
+    /// Each flow in its own order (the core's default).
+    #[default]
+    Flow,
+    /// Every striped packet after all earlier ones (the baseline).
+    Session,
+}
+
 /// A flow policy as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -148,6 +159,9 @@ pub struct TunnelSpec {
     /// Aggregate scheduler.
     #[serde(default)]
     pub scheduler: SchedulerSpec,
+    /// Release order of striped packets at the receiver.
+    #[serde(default)]
+    pub reorder: ReorderSpec,
     /// Default policy (flows may override theirs).
     #[serde(default)]
     pub policy: PolicySpec,
@@ -173,6 +187,7 @@ impl Default for TunnelSpec {
         TunnelSpec {
             enabled: true,
             scheduler: SchedulerSpec::Earliest,
+            reorder: ReorderSpec::Flow,
             policy: PolicySpec::Aggregate,
             detect: default_detect(),
             failback_hold: default_failback(),

@@ -71,6 +71,10 @@ pub struct SessionConfig {
     /// Compress inner TCP/IPv4 headers (`header_compress.rs`). Both ends decode either way;
     /// this only decides what we send.
     pub header_compression: bool,
+    /// Name each striped packet's flow predecessor, so the peer releases each flow in its
+    /// own order (`reorder`); `false` orders every striped packet after all earlier ones,
+    /// the baseline this is compared with. Both ends decode either way.
+    pub flow_order: bool,
 }
 
 impl Default for SessionConfig {
@@ -84,6 +88,7 @@ impl Default for SessionConfig {
             // A 1500-byte link over IPv6 (40 + 8 bytes of outer headers).
             max_datagram: 1452,
             header_compression: true,
+            flow_order: true,
         }
     }
 }

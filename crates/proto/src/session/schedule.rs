@@ -155,6 +155,7 @@ impl Session {
             now,
             flow,
             true,
+            self.cfg.flow_order,
         ) else {
             return;
         };
@@ -192,8 +193,9 @@ pub(super) struct Striped {
 
 /// Takes the head of the aggregate queue as the next striped packet: gives it its
 /// `data_seq`, records it for its flow `flow` (`split.rs`: its bytes count for the split
-/// rule if `metered`) and names the flow's previous packet as the one the receiver
-/// releases it after; a packet of unknown flow is released after every earlier packet.
+/// rule if `metered`) and, with `flow_order`, names the flow's previous packet as the one
+/// the receiver releases it after; a packet of unknown flow, or any without `flow_order`,
+/// is released after every earlier packet.
 /// The scheduler's packet and the small ones riding with it (`transmit.rs`) both leave
 /// the queue here. (Fields, not `&mut Session`: the datagram builder holds the path and
 /// key borrowed meanwhile.)
@@ -204,6 +206,7 @@ pub(super) fn take_striped(
     now: Instant,
     flow: Option<FlowKey>,
     metered: bool,
+    flow_order: bool,
 ) -> Option<Striped> {
     let packet = queue.take()?;
     let seq = *next_data_seq;
@@ -212,7 +215,11 @@ pub(super) fn take_striped(
     let (flags, pred_gap) = match flow {
         Some(k) => {
             let prev = meter.record(now, k, metered.then_some(packet.len()), seq);
-            flags.with_pred_gap(prev.map(|p| seq - p))
+            if flow_order {
+                flags.with_pred_gap(prev.map(|p| seq - p))
+            } else {
+                (flags.with_order(OrderMode::Session), 0)
+            }
         }
         None => (flags.with_order(OrderMode::Session), 0),
     };

@@ -226,6 +226,7 @@ impl Session {
                             now,
                             flow,
                             false,
+                            self.cfg.flow_order,
                         ) else {
                             break;
                         };

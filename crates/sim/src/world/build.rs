@@ -8,7 +8,7 @@
 
 use super::{ClientNode, Envelope, HopNode, Next, Node, World, WorldError};
 use crate::events::EventQueue;
-use crate::scenario::{hop_params, Scenario, SchedulerSpec};
+use crate::scenario::{hop_params, ReorderSpec, Scenario, SchedulerSpec};
 use crate::traffic::{App, Placement};
 use linkem::Pipeline;
 use proto::crypto::{CipherSet, StaticSecret};
@@ -85,6 +85,7 @@ impl World {
                 SchedulerSpec::Weighted => AggregateScheduler::Weighted,
             },
             max_datagram: scn.tunnel.mtu + proto::wire::OVERHEAD_BYTES,
+            flow_order: scn.tunnel.reorder == ReorderSpec::Flow,
             ..SessionConfig::default()
         };
         let default_policy = scn.tunnel.policy.to_proto();
