@@ -303,6 +303,10 @@ impl TcpSender {
         self.stats.timeouts += 1;
         let flight = (self.snd_max - self.snd_una) as f64;
         self.ssthresh = self.reduced(flight);
+        if let Some((c, h)) = self.cubic.as_mut() {
+            c.on_timeout();
+            *h = HyStart::default();
+        }
         self.cwnd = self.mss();
         self.recover = self.snd_max;
         self.in_recovery = false;
