@@ -96,12 +96,22 @@ impl Session {
         // Small striped packets queued right behind this one ride along (`RIDER_MAX`). Then
         // this one goes plain, first: a compressed frame runs to the end of the datagram,
         // and the receiver should meet the packets in their order.
-        let riding = matches!(job, Job::Data { flags, .. } if flags.ordered())
-            && self.reinject.is_empty()
-            && self
-                .agg_queue
-                .head(now)
-                .is_some_and(|next| next.len() <= RIDER_MAX);
+        // Only if the first of them fits beside this one sent plain: a full-size packet
+        // would otherwise lose its compression (29 bytes) for no rider at all.
+        let riding = match job {
+            Job::Data { flags, packet, .. } if flags.ordered() && self.reinject.is_empty() => {
+                let room = self
+                    .cfg
+                    .max_datagram
+                    .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN);
+                let plain = DataFrame::header_len(*flags) + packet.len();
+                self.agg_queue.head(now).is_some_and(|next| {
+                    next.len() <= RIDER_MAX
+                        && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= room
+                })
+            }
+            _ => false,
+        };
         let encoding = match job {
             Job::Data { packet, .. } if self.cfg.header_compression && !riding => {
                 self.compressor.encode(now, packet)
