@@ -93,21 +93,22 @@ impl Session {
     fn build(&mut self, now: Instant, job: &Job, buf: &mut [u8]) -> Option<Transmit> {
         // Riders of a datagram that failed to build are lost with it.
         self.riders.clear();
+        // Bytes of frames a datagram holds after its inner header.
+        let frames_room = self
+            .cfg
+            .max_datagram
+            .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN);
         // Small striped packets queued right behind this one ride along (`RIDER_MAX`). Then
         // this one goes plain, first: a compressed frame runs to the end of the datagram,
-        // and the receiver should meet the packets in their order.
-        // Only if the first of them fits beside this one sent plain: a full-size packet
-        // would otherwise lose its compression (29 bytes) for no rider at all.
+        // and the receiver should meet the packets in their order. Only if the first of
+        // them fits beside it sent plain: a full-size packet would otherwise lose its
+        // compression (29 bytes) for no rider at all.
         let riding = match job {
             Job::Data { flags, packet, .. } if flags.ordered() && self.reinject.is_empty() => {
-                let room = self
-                    .cfg
-                    .max_datagram
-                    .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN);
                 let plain = DataFrame::header_len(*flags) + packet.len();
                 self.agg_queue.head(now).is_some_and(|next| {
                     next.len() <= RIDER_MAX
-                        && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= room
+                        && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
                 })
             }
             _ => false,
@@ -118,28 +119,24 @@ impl Session {
             }
             _ => Encoding::Plain,
         };
-        // A packet that fills the datagram has no room for its predecessor's distance: it
-        // is then ordered after every earlier packet, which is never wrong, only slower.
-        let order = match job {
+        // The packet's frame and its length. A packet that fills the datagram has no room
+        // for its predecessor's distance: it is then ordered after every earlier packet,
+        // which is never wrong, only slower.
+        let (order, frame_len) = match job {
             Job::Data {
                 flags,
                 pred_gap,
                 packet,
                 ..
             } => {
-                let fits = DATA_HEADER_LEN
-                    + TAG_LEN
-                    + InnerHeader::LEN
-                    + encoding.frame_len(packet.len())
-                    + flags.extra_len()
-                    <= self.cfg.max_datagram;
-                if fits {
-                    (*flags, *pred_gap)
+                let len = encoding.frame_len(packet.len());
+                if len + flags.extra_len() <= frames_room {
+                    ((*flags, *pred_gap), len + flags.extra_len())
                 } else {
-                    (flags.with_order(OrderMode::Session), 0)
+                    ((flags.with_order(OrderMode::Session), 0), len)
                 }
             }
-            _ => (DataFlags::default(), 0),
+            _ => ((DataFlags::default(), 0), 1),
         };
         let path_id = job.path();
         let idx = self.paths.iter().position(|s| s.path.id() == path_id)?;
@@ -159,14 +156,7 @@ impl Session {
         .ok()?;
         // Feedback rides along only where it fits under the datagram bound: a full-size
         // packet leaves without it, and the ACK goes in a datagram of its own when due.
-        let body = match job {
-            Job::Data { packet, .. } => encoding.frame_len(packet.len()) + order.0.extra_len(),
-            _ => 1,
-        };
-        let room = self
-            .cfg
-            .max_datagram
-            .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN + body);
+        let room = frames_room.saturating_sub(frame_len);
         // A pending NACK travels with the ACK and before it: the peer must see which
         // datagrams were lost before the ACK makes it forget everything below `largest`.
         let nack_len = if slot.path.has_nack() {

@@ -6,12 +6,14 @@
 //! types with `parse`/`emit` where that is clearer. Invariant: no function in this module
 //! panics or allocates unboundedly on any input; all multi-byte fields are big-endian.
 
+mod flags;
 mod frame;
 pub(crate) mod outer;
 
+pub use flags::{DataFlags, OrderMode, PRED_GAP_LEN};
 pub use frame::{
-    AckFrame, CompressedFrame, DataFlags, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader,
-    NackFrame, OrderMode, PairFrame, PRED_GAP_LEN,
+    AckFrame, CompressedFrame, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader, NackFrame,
+    PairFrame,
 };
 pub use outer::{
     MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
