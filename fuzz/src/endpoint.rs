@@ -2,16 +2,16 @@
 //! and a keyed session's data path.
 
 use crate::records;
-use proto::crypto::{
+use multihome_proto::crypto::{
     CipherSet, DataCipher, Initiator, OpenKey, Responder, SealKey, SessionId, StaticSecret,
     TransportKeys, TAG_LEN,
 };
-use proto::endpoint::{PeerConfig, Server, ServerConfig};
-use proto::policy::Policy;
-use proto::sched::MAX_PATHS;
-use proto::session::{Keypair, Session, SessionConfig};
-use proto::wire::{DATA_HEADER_LEN, HANDSHAKE_INIT_LEN};
-use proto::Instant;
+use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig};
+use multihome_proto::policy::Policy;
+use multihome_proto::sched::MAX_PATHS;
+use multihome_proto::session::{Keypair, Session, SessionConfig};
+use multihome_proto::wire::{DATA_HEADER_LEN, HANDSHAKE_INIT_LEN};
+use multihome_proto::Instant;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 

@@ -1,6 +1,6 @@
 //! Targets of the racing gateway's parsers (`multihome race`): the nfnetlink_queue messages
 //! the kernel sends the daemon (`multihome::race::nfqueue::parse`) and the IP packet held
-//! in the queue (`proto::race::classify`). Both read bytes the kernel hands over, so a
+//! in the queue (`multihome_proto::race::classify`). Both read bytes the kernel hands over, so a
 //! panic would take the gateway, and every held SYN with it, down.
 //!
 //! The `nfqueue` oracle builds its messages from linux/netfilter/nfnetlink_queue.h and
@@ -8,7 +8,7 @@
 //! daemon's encoder and parser would still show.
 
 use multihome::race::nfqueue::{parse, Packet};
-use proto::race::{classify, Transport};
+use multihome_proto::race::{classify, Transport};
 use std::net::IpAddr;
 
 const NLMSG_HDRLEN: usize = 16;

@@ -3,7 +3,7 @@
 //! bodies' own assertions are known to hold on well-formed input.
 
 use super::*;
-use proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame};
+use multihome_proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 

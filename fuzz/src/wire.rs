@@ -1,8 +1,8 @@
 //! Wire-format targets: the outer header view and the frames of the sealed payload.
 
-use proto::crypto::TAG_LEN;
-use proto::header_compress::Decompressor;
-use proto::wire::{
+use multihome_proto::crypto::TAG_LEN;
+use multihome_proto::header_compress::Decompressor;
+use multihome_proto::wire::{
     Frame, FrameReader, FrameWriter, InnerHeader, MessageType, OuterPacket, DATA_HEADER_LEN,
     HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
 };

@@ -13,8 +13,8 @@ use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use mhio::netns::NetNs;
-use mhio::tun::{GroBatch, Tun, VNET_HDR_LEN};
+use multihome_io::netns::NetNs;
+use multihome_io::tun::{GroBatch, Tun, VNET_HDR_LEN};
 
 const PAYLOAD: usize = 1400;
 const BATCH: usize = 32;

@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use mhio::netns::NetNs;
-use mhio::udp::{classify, ErrorClass, LinkSocket, RecvBuf, BATCH_MAX};
+use multihome_io::netns::NetNs;
+use multihome_io::udp::{classify, ErrorClass, LinkSocket, RecvBuf, BATCH_MAX};
 
 const SIZE: usize = 1200;
 

@@ -10,8 +10,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use mhio::netns::NetNs;
-use mhio::tun::{split_gso, GroBatch, Tun, VNET_HDR_LEN};
+use multihome_io::netns::NetNs;
+use multihome_io::tun::{split_gso, GroBatch, Tun, VNET_HDR_LEN};
 
 const BYTES: usize = 9 << 20;
 

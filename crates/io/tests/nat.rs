@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::wait_readable;
-use mhio::nat::{Masquerade, NatError};
-use mhio::netns::{run_cmd, NetNs};
-use mhio::sysctl;
-use mhio::udp::LinkSocket;
+use multihome_io::nat::{Masquerade, NatError};
+use multihome_io::netns::{run_cmd, NetNs};
+use multihome_io::sysctl;
+use multihome_io::udp::LinkSocket;
 
 fn topology() -> (NetNs, NetNs, NetNs) {
     let client = NetNs::new("mhio-c").unwrap();

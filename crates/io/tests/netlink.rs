@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use common::{until, wait_readable};
 use ipnet::IpNet;
-use mhio::netlink::{self, LinkEvent, LinkWatcher, NetlinkError};
-use mhio::netns::{run_cmd, NetNs};
+use multihome_io::netlink::{self, LinkEvent, LinkWatcher, NetlinkError};
+use multihome_io::netns::{run_cmd, NetNs};
 
 /// Polls the watcher until an event satisfying `want` arrives; returns every event seen
 /// up to and including it.

@@ -5,9 +5,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use common::{parse_udp, udp4, udp6, until, wait_readable};
-use mhio::netlink::{self, NetlinkError};
-use mhio::netns::{run_cmd, NetNs};
-use mhio::tun::{Tun, TunError};
+use multihome_io::netlink::{self, NetlinkError};
+use multihome_io::netns::{run_cmd, NetNs};
+use multihome_io::tun::{Tun, TunError};
 
 /// Reads from the TUN until a UDP packet to `port` shows up; returns its payload.
 fn read_udp_to(tun: &Tun, port: u16) -> Vec<u8> {

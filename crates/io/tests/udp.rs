@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{until, wait_readable};
-use mhio::netns::{run_cmd, NetNs};
-use mhio::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
+use multihome_io::netns::{run_cmd, NetNs};
+use multihome_io::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
 
 /// Namespaces `a` and `b` joined by veth `va` (in a) <-> `vb` (in b), with
 /// 192.0.2.1/24 + 2001:db8::1/64 on `va` and .2 / ::2 on `vb`.

@@ -1,7 +1,7 @@
 //! Private key files: base64 text, created with mode 0600 and never overwritten.
 
 use anyhow::{bail, Context, Result};
-use proto::crypto::{PublicKey, StaticSecret};
+use multihome_proto::crypto::{PublicKey, StaticSecret};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;

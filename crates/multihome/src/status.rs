@@ -7,9 +7,9 @@
 //! older daemon.
 
 use anyhow::{Context, Result};
-use proto::endpoint::{Client, EndpointCounters, Server};
-use proto::path::PathId;
-use proto::session::Session;
+use multihome_proto::endpoint::{Client, EndpointCounters, Server};
+use multihome_proto::path::PathId;
+use multihome_proto::session::Session;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -52,7 +52,7 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
         .paths()
         .map(|p| {
             // The view's time only matters for the pacer's ready time, not shown here.
-            let v = p.view(proto::Instant::ZERO);
+            let v = p.view(multihome_proto::Instant::ZERO);
             let c = p.counters();
             let l = p.loss_counters();
             json!({

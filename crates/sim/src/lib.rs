@@ -1,5 +1,5 @@
 //! multihome-sim: a deterministic discrete-event simulator that drives multihome's real
-//! sans-IO core (`proto::endpoint::{Client, Server}`) over simulated multi-hop links.
+//! sans-IO core (`multihome_proto::endpoint::{Client, Server}`) over simulated multi-hop links.
 //!
 //! Layout: `scenario` (TOML schema) and `sweep` (axes, shards) describe runs; `world`
 //! builds and runs one (endpoints, linkem hop chains, apps, event loop) and reports it;

@@ -7,7 +7,7 @@
 //! Exit status: 0 when every run succeeded, 1 when some failed, 2 on a usage error.
 
 use clap::{Parser, Subcommand};
-use mhsim::{bench, runner, sweep};
+use multihome_sim::{bench, runner, sweep};
 
 /// mimalloc: the simulator allocates and frees a few buffers per simulated packet (the
 /// core's queues hold packets as `Arc`s and hands delivered ones over as `Vec`s), and

@@ -70,7 +70,7 @@ fn default_mtu() -> usize {
 /// The daemon's default TUN MTU (docs/PROTOCOL.md §11: 1500 − 48 − 52).
 pub const DEFAULT_TUN_MTU: usize = 1400;
 /// Largest TUN MTU whose datagrams fit the simulated links' 1500-byte IPv4 MTU.
-pub const MAX_TUN_MTU: usize = 1500 - 28 - proto::wire::OVERHEAD_BYTES;
+pub const MAX_TUN_MTU: usize = 1500 - 28 - multihome_proto::wire::OVERHEAD_BYTES;
 
 /// One concrete run.
 #[derive(Debug, Clone, Deserialize)]
@@ -140,11 +140,11 @@ pub enum PolicySpec {
 
 impl PolicySpec {
     /// The core's policy.
-    pub fn to_proto(self) -> proto::policy::Policy {
+    pub fn to_proto(self) -> multihome_proto::policy::Policy {
         match self {
-            PolicySpec::Aggregate => proto::policy::Policy::Aggregate,
-            PolicySpec::Best => proto::policy::Policy::Best,
-            PolicySpec::Redundant => proto::policy::Policy::Redundant { copies: None },
+            PolicySpec::Aggregate => multihome_proto::policy::Policy::Aggregate,
+            PolicySpec::Best => multihome_proto::policy::Policy::Best,
+            PolicySpec::Redundant => multihome_proto::policy::Policy::Redundant { copies: None },
         }
     }
 }
@@ -386,11 +386,11 @@ impl Scenario {
 
     fn validate(&self) -> Result<(), ScenarioError> {
         let bad = |m: String| Err(ScenarioError::Invalid(m));
-        if self.links.is_empty() || self.links.len() > proto::sched::MAX_PATHS {
+        if self.links.is_empty() || self.links.len() > multihome_proto::sched::MAX_PATHS {
             return bad(format!(
                 "{} links; need 1..={}",
                 self.links.len(),
-                proto::sched::MAX_PATHS
+                multihome_proto::sched::MAX_PATHS
             ));
         }
         if let Some(i) = self.links.iter().position(|l| l.hops.is_empty()) {

@@ -2,8 +2,8 @@
 //! a seeded, sans-IO simulation); a different seed gives a different run where randomness
 //! is involved (jitter, loss), so the seed really reaches the components.
 
-use mhsim::runner::run_one;
-use mhsim::sweep::expand;
+use multihome_sim::runner::run_one;
+use multihome_sim::sweep::expand;
 use std::path::Path;
 
 const SCENARIO: &str = r#"

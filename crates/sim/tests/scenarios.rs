@@ -4,9 +4,9 @@
 //! never above the links' capacity; the simulator's traced reorder occupancy agrees with
 //! the core's own reorder statistics when nothing is lost).
 
-use mhsim::runner::run_one;
-use mhsim::sweep::expand;
-use mhsim::world::RunReport;
+use multihome_sim::runner::run_one;
+use multihome_sim::sweep::expand;
+use multihome_sim::world::RunReport;
 use std::fmt::Write;
 use std::path::Path;
 

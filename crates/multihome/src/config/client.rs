@@ -3,9 +3,9 @@
 use super::raw::{ClientFile, PolicySection};
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
-use proto::crypto::{CipherSet, DataCipher, PublicKey};
-use proto::policy::{Classifier, Policy, Rule};
-use proto::session::AggregateScheduler;
+use multihome_proto::crypto::{CipherSet, DataCipher, PublicKey};
+use multihome_proto::policy::{Classifier, Policy, Rule};
+use multihome_proto::session::AggregateScheduler;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -106,7 +106,7 @@ pub fn read_private_key(
     src: &Source<'_>,
     at: usize,
     file: &Path,
-) -> Result<proto::crypto::StaticSecret, ConfigError> {
+) -> Result<multihome_proto::crypto::StaticSecret, ConfigError> {
     let text = std::fs::read_to_string(file).map_err(|e| {
         src.err(
             at,
@@ -114,7 +114,7 @@ pub fn read_private_key(
             "create it with `multihome keygen --private-key-file FILE`",
         )
     })?;
-    proto::crypto::StaticSecret::from_base64(&text).map_err(|e| {
+    multihome_proto::crypto::StaticSecret::from_base64(&text).map_err(|e| {
         src.err(
             at,
             format!("private key file {} is malformed: {e}", file.display()),

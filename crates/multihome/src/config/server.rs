@@ -7,8 +7,8 @@ use super::client::{
 use super::raw::ServerFile;
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
-use proto::crypto::{CipherSet, PublicKey};
-use proto::policy::Policy;
+use multihome_proto::crypto::{CipherSet, PublicKey};
+use multihome_proto::policy::Policy;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -107,7 +107,7 @@ fn server_config() {
 
 #[test]
 fn cipher_choice() {
-    use proto::crypto::CipherSet;
+    use multihome_proto::crypto::CipherSet;
     let c = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
     assert_eq!(c.ciphers, CipherSet::hardware(), "auto by default");
     let t = client_src(

@@ -1,4 +1,4 @@
-//! `multihome client`: TUN device + one UDP socket per link, driving `proto::Client`.
+//! `multihome client`: TUN device + one UDP socket per link, driving `multihome_proto::Client`.
 //!
 //! Links are watched with netlink: a link whose interface goes down is marked unavailable
 //! at once (failover does not wait for the detection timer), and one that comes up — or
@@ -11,11 +11,11 @@ use super::{
 use crate::config::{self, ClientSettings, ConfigError, Source};
 use crate::control::ControlSocket;
 use anyhow::{Context, Result};
-use mhio::netlink::{LinkEvent, LinkWatcher};
-use mhio::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
-use proto::endpoint::{Client, ClientConfig};
-use proto::path::PathId;
-use proto::session::SessionConfig;
+use multihome_io::netlink::{LinkEvent, LinkWatcher};
+use multihome_io::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
+use multihome_proto::endpoint::{Client, ClientConfig};
+use multihome_proto::path::PathId;
+use multihome_proto::session::SessionConfig;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::task::Poll;
@@ -55,7 +55,7 @@ pub fn run(path: &Path) -> Result<()> {
     let s = config::client::validate(&src)?;
     let key = config::read_private_key(&src, s.private_key_at, &s.private_key_file)?;
     for l in &s.links {
-        if mhio::netlink::link_index(&l.interface).is_err() {
+        if multihome_io::netlink::link_index(&l.interface).is_err() {
             return Err(ConfigError {
                 file: path.to_path_buf(),
                 line: l.interface_line,
@@ -72,7 +72,7 @@ pub fn run(path: &Path) -> Result<()> {
     block_on(run_loop(s, key))
 }
 
-async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result<()> {
+async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret) -> Result<()> {
     let clock = Clock::new();
     let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
     for r in &s.routes {
@@ -80,10 +80,10 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
             // A default route would capture the tunnel's own datagrams on hosts that do not
             // bind links to devices; two /1 routes override the default without replacing it.
             for half in ["0.0.0.0/1", "128.0.0.0/1"] {
-                mhio::netlink::add_route(half.parse()?, &s.tun_name)?;
+                multihome_io::netlink::add_route(half.parse()?, &s.tun_name)?;
             }
         } else {
-            mhio::netlink::add_route(*r, &s.tun_name)
+            multihome_io::netlink::add_route(*r, &s.tun_name)
                 .with_context(|| format!("routing {r} into {}", s.tun_name))?;
         }
     }
@@ -95,7 +95,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
                 detect: s.detect,
                 failback_hold: s.failback_hold,
                 aggregate: s.aggregate,
-                max_datagram: s.mtu as usize + proto::wire::OVERHEAD_BYTES,
+                max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
                 ..SessionConfig::default()
             },
             classifier: s.classifier.clone(),
@@ -117,7 +117,8 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     for (i, l) in links.iter_mut().enumerate() {
         l.bind();
         core.add_link(clock.now(), PathId(i as u8), l.server);
-        let up = mhio::netlink::link_is_up(&l.interface).unwrap_or(false) && l.sock.is_some();
+        let up =
+            multihome_io::netlink::link_is_up(&l.interface).unwrap_or(false) && l.sock.is_some();
         core.set_link_available(clock.now(), PathId(i as u8), up);
         tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, "link configured");
     }
@@ -128,7 +129,7 @@ async fn run_loop(s: ClientSettings, key: proto::crypto::StaticSecret) -> Result
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
     let mut batch = TxBatch::new();
     let mut tun_writer = TunWriter::default();
-    let mut frame = vec![0u8; BUF_BYTES + mhio::tun::VNET_HDR_LEN];
+    let mut frame = vec![0u8; BUF_BYTES + multihome_io::tun::VNET_HDR_LEN];
     let mut scratch = Vec::new();
     let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
     let mut events = Vec::new();
@@ -244,7 +245,7 @@ fn flush(
     clock: &Clock,
     core: &mut Client,
     links: &mut [LinkRt],
-    tun: &AsyncFd<mhio::tun::Tun>,
+    tun: &AsyncFd<multihome_io::tun::Tun>,
     batch: &mut TxBatch,
     tun_writer: &mut TunWriter,
 ) {

@@ -10,8 +10,8 @@ pub mod client;
 pub mod server;
 
 use anyhow::{Context, Result};
-use mhio::tun::Tun;
-use proto::Instant;
+use multihome_io::tun::Tun;
+use multihome_proto::Instant;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
@@ -136,7 +136,7 @@ pub fn read_tun(
     mut f: impl FnMut(&[u8]),
 ) -> std::io::Result<()> {
     let n = tun.recv(frame)?;
-    if let Err(e) = mhio::tun::split_gso(&frame[..n], scratch, &mut f) {
+    if let Err(e) = multihome_io::tun::split_gso(&frame[..n], scratch, &mut f) {
         tracing::debug!("dropping a TUN frame: {e}");
     }
     Ok(())
@@ -152,10 +152,10 @@ impl TxBatch {
     /// Room for `BATCH` datagrams.
     pub fn new() -> Self {
         TxBatch {
-            bufs: (0..mhio::udp::BATCH_MAX)
+            bufs: (0..multihome_io::udp::BATCH_MAX)
                 .map(|_| vec![0u8; BUF_BYTES])
                 .collect(),
-            meta: Vec::with_capacity(mhio::udp::BATCH_MAX),
+            meta: Vec::with_capacity(multihome_io::udp::BATCH_MAX),
         }
     }
 
@@ -179,7 +179,7 @@ impl TxBatch {
     /// `on_error(sock, err)` hears about failures (the datagrams are dropped: UDP).
     pub fn send<'a>(
         &mut self,
-        socket: impl Fn(usize) -> Option<&'a mhio::udp::LinkSocket>,
+        socket: impl Fn(usize) -> Option<&'a multihome_io::udp::LinkSocket>,
         mut on_error: impl FnMut(usize, std::io::Error),
     ) {
         let mut start = 0;
@@ -222,7 +222,7 @@ impl Default for TxBatch {
 /// instead of once per packet. Nothing is held across calls.
 #[derive(Default)]
 pub struct TunWriter {
-    gro: mhio::tun::GroBatch,
+    gro: multihome_io::tun::GroBatch,
 }
 
 impl TunWriter {

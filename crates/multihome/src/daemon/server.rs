@@ -1,5 +1,5 @@
 //! `multihome server`: one UDP socket for all clients, a TUN device, NAT to the uplink,
-//! driving `proto::Server`.
+//! driving `multihome_proto::Server`.
 
 use super::{
     block_on, drain, read_tun, register, setup_tun, shutdown_signal, Clock, TunWriter, TxBatch,
@@ -8,9 +8,9 @@ use super::{
 use crate::config::{self, ConfigError, ServerSettings, Source};
 use crate::control::ControlSocket;
 use anyhow::{Context, Result};
-use mhio::udp::{LinkSocket, RecvBuf};
-use proto::endpoint::{PeerConfig, Server, ServerConfig};
-use proto::session::SessionConfig;
+use multihome_io::udp::{LinkSocket, RecvBuf};
+use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig};
+use multihome_proto::session::SessionConfig;
 use std::path::Path;
 use tokio::io::unix::AsyncFd;
 
@@ -21,7 +21,7 @@ pub fn run(path: &Path) -> Result<()> {
     let s = config::server::validate(&src)?;
     let key = config::read_private_key(&src, s.private_key_at, &s.private_key_file)?;
     if let Some((up, line)) = &s.uplink {
-        if mhio::netlink::link_index(up).is_err() {
+        if multihome_io::netlink::link_index(up).is_err() {
             return Err(ConfigError {
                 file: path.to_path_buf(),
                 line: *line,
@@ -34,7 +34,7 @@ pub fn run(path: &Path) -> Result<()> {
     block_on(run_loop(s, key))
 }
 
-async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result<()> {
+async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret) -> Result<()> {
     let clock = Clock::new();
     let sock = register(
         LinkSocket::bind(None, s.listen).with_context(|| format!("listening on {}", s.listen))?,
@@ -44,7 +44,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
     for p in &s.peers {
         for net in &p.allowed_ips {
             if !tun_net.contains(net) {
-                mhio::netlink::add_route(*net, &s.tun_name).with_context(|| {
+                multihome_io::netlink::add_route(*net, &s.tun_name).with_context(|| {
                     format!("routing {net} (peer {}) into {}", p.name, s.tun_name)
                 })?;
             }
@@ -52,7 +52,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
     }
     let _nat = match &s.uplink {
         Some((up, _)) => Some(
-            mhio::nat::Masquerade::install("multihome", up, &s.tun_name)
+            multihome_io::nat::Masquerade::install("multihome", up, &s.tun_name)
                 .with_context(|| format!("installing NAT out of {up}"))?,
         ),
         None => None,
@@ -71,7 +71,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
                 .collect(),
             session: SessionConfig {
                 detect: s.detect,
-                max_datagram: s.mtu as usize + proto::wire::OVERHEAD_BYTES,
+                max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
                 ..SessionConfig::default()
             },
             default_policy: s.default_policy,
@@ -84,7 +84,7 @@ async fn run_loop(s: ServerSettings, key: proto::crypto::StaticSecret) -> Result
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
     let mut batch = TxBatch::new();
     let mut tun_writer = TunWriter::default();
-    let mut frame = vec![0u8; BUF_BYTES + mhio::tun::VNET_HDR_LEN];
+    let mut frame = vec![0u8; BUF_BYTES + multihome_io::tun::VNET_HDR_LEN];
     let mut scratch = Vec::new();
     let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
     let shutdown = shutdown_signal();
@@ -134,7 +134,7 @@ fn flush(
     clock: &Clock,
     core: &mut Server,
     sock: &AsyncFd<LinkSocket>,
-    tun: &AsyncFd<mhio::tun::Tun>,
+    tun: &AsyncFd<multihome_io::tun::Tun>,
     batch: &mut TxBatch,
     tun_writer: &mut TunWriter,
 ) {

@@ -34,7 +34,7 @@
 //! daemon checks interfaces and addresses at start-up.
 
 use crate::config::{ConfigError, Source};
-use proto::race::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
+use multihome_proto::race::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -312,12 +312,12 @@ fn predictor(
                 .map(|p| (p.get_ref().as_str(), p.span().start))
             {
                 None | Some(("wired", _)) => (
-                    proto::race::avmet::WIRED_ALPHA,
-                    proto::race::avmet::WIRED_DELAY_MS,
+                    multihome_proto::race::avmet::WIRED_ALPHA,
+                    multihome_proto::race::avmet::WIRED_DELAY_MS,
                 ),
                 Some(("wireless", _)) => (
-                    proto::race::avmet::WIRELESS_ALPHA,
-                    proto::race::avmet::WIRELESS_DELAY_MS,
+                    multihome_proto::race::avmet::WIRELESS_ALPHA,
+                    multihome_proto::race::avmet::WIRELESS_DELAY_MS,
                 ),
                 Some((other, at)) => {
                     return Err(src.err(

@@ -2,7 +2,7 @@
 //! through to the transparent listener (or refuse it), relay the winner, route UDP flows,
 //! probe uplinks, answer the control socket.
 //!
-//! One current-thread tokio runtime; the shared state (`proto::race::Gateway`, the SYN
+//! One current-thread tokio runtime; the shared state (`multihome_proto::race::Gateway`, the SYN
 //! table, counters) sits in `RefCell`s borrowed only between awaits, so it needs no locks.
 //! With `hold_syns`, a connection starts from its SYN in the netfilter queue ([`super::held`]):
 //! the race runs while the client waits for a SYN-ACK, and the client's connection, once
@@ -24,7 +24,7 @@ use super::splice;
 use crate::control::ControlSocket;
 use crate::daemon::{block_on, shutdown_signal, Clock};
 use anyhow::{Context, Result};
-use proto::race::{
+use multihome_proto::race::{
     Action, AttemptState, Flow, Gateway, Race, RaceError, SynHold, UplinkId, MAX_UPLINKS,
 };
 use std::cell::{Cell, RefCell};

@@ -2,7 +2,7 @@
 //! UDP flow's first packet from the LAN is queued here before the kernel answers or routes
 //! it.
 //!
-//! - A SYN of a new 4-tuple is held (`proto::race::SynHold`) and its race starts at once;
+//! - A SYN of a new 4-tuple is held (`multihome_proto::race::SynHold`) and its race starts at once;
 //!   the client sees nothing yet. Its retransmissions are dropped. When an uplink wins, the
 //!   flow waits in [`Shared::waiting`] and the held SYN is accepted: it continues to the
 //!   TPROXY rule, the kernel completes the client's handshake on the transparent listener,
@@ -25,7 +25,7 @@ use super::attempt;
 use super::daemon::{drive, log_busy, relay, Shared, Slot};
 use super::nfqueue::{Packet, Verdict};
 use super::setup::{uplink_mark, REFUSE_MARK, UPLINK_MARK_MASK};
-use proto::race::{classify, Flow, Race, RaceError, SynVerdict, Transport};
+use multihome_proto::race::{classify, Flow, Race, RaceError, SynVerdict, Transport};
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::oneshot;

@@ -3,7 +3,7 @@
 //!
 //! LAN hosts only use the gateway as their default route. Each new connection's SYN is
 //! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has
-//! no nftables `queue` statement) while the sans-IO core (`proto::race`) plans attempts, one
+//! no nftables `queue` statement) while the sans-IO core (`multihome_proto::race`) plans attempts, one
 //! socket per uplink bound to that uplink's device and address ([`attempt`]), and decides
 //! by the seed's rules ([`held`]). The losers are reset; the client's SYN is then let
 //! through to a transparent listener (nftables TPROXY, [`setup`]) and its connection is

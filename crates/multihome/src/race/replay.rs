@@ -15,8 +15,8 @@
 
 use super::config::RaceSettings;
 use anyhow::{bail, Context, Result};
-use proto::race::{AttemptState, Gateway, Outcome, Race, UplinkId};
-use proto::Instant;
+use multihome_proto::race::{AttemptState, Gateway, Outcome, Race, UplinkId};
+use multihome_proto::Instant;
 use serde::Deserialize;
 use serde_json::json;
 use std::io::{BufRead, Write};
@@ -161,7 +161,7 @@ pub fn run(settings: &RaceSettings, dataset: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto::race::{GatewayConfig, PredictorConfig, Scope};
+    use multihome_proto::race::{GatewayConfig, PredictorConfig, Scope};
 
     fn gw(p: PredictorConfig) -> Gateway {
         let cfg = GatewayConfig {

@@ -88,7 +88,7 @@ pub enum SetupError {
         /// Interface.
         interface: String,
         /// Netlink error.
-        source: mhio::netlink::NetlinkError,
+        source: multihome_io::netlink::NetlinkError,
     },
 }
 
@@ -225,13 +225,14 @@ pub fn uplink_addresses(uplinks: &[UplinkSettings]) -> Result<Vec<UplinkAddrs>, 
     uplinks
         .iter()
         .map(|u| {
-            let nets = mhio::netlink::interface_addresses(&u.interface).map_err(|source| {
-                SetupError::Interface {
-                    name: u.name.clone(),
-                    interface: u.interface.clone(),
-                    source,
-                }
-            })?;
+            let nets =
+                multihome_io::netlink::interface_addresses(&u.interface).map_err(|source| {
+                    SetupError::Interface {
+                        name: u.name.clone(),
+                        interface: u.interface.clone(),
+                        source,
+                    }
+                })?;
             let v4 = nets.iter().map(|n| n.addr()).find(IpAddr::is_ipv4);
             let v6 = nets.iter().map(|n| n.addr()).find(|a| match a {
                 IpAddr::V6(v6) => !v6.is_loopback() && (v6.segments()[0] & 0xffc0) != 0xfe80,

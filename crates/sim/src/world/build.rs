@@ -11,11 +11,11 @@ use crate::events::EventQueue;
 use crate::scenario::{hop_params, ReorderSpec, Scenario, SchedulerSpec};
 use crate::traffic::{App, Placement};
 use linkem::Pipeline;
-use proto::crypto::{CipherSet, StaticSecret};
-use proto::endpoint::{Client, ClientConfig, PeerConfig, Server, ServerConfig};
-use proto::path::PathId;
-use proto::policy::{Classifier, Rule};
-use proto::session::{AggregateScheduler, SessionConfig};
+use multihome_proto::crypto::{CipherSet, StaticSecret};
+use multihome_proto::endpoint::{Client, ClientConfig, PeerConfig, Server, ServerConfig};
+use multihome_proto::path::PathId;
+use multihome_proto::policy::{Classifier, Rule};
+use multihome_proto::session::{AggregateScheduler, SessionConfig};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -84,7 +84,7 @@ impl World {
                 SchedulerSpec::Earliest => AggregateScheduler::Earliest,
                 SchedulerSpec::Weighted => AggregateScheduler::Weighted,
             },
-            max_datagram: scn.tunnel.mtu + proto::wire::OVERHEAD_BYTES,
+            max_datagram: scn.tunnel.mtu + multihome_proto::wire::OVERHEAD_BYTES,
             flow_order: scn.tunnel.reorder == ReorderSpec::Flow,
             ..SessionConfig::default()
         };
@@ -177,7 +177,7 @@ impl World {
                 );
                 for l in 0..links.len() {
                     ep.add_link(
-                        proto::Instant::ZERO,
+                        multihome_proto::Instant::ZERO,
                         PathId(l as u8),
                         SocketAddr::V4(SERVER_ADDR),
                     );

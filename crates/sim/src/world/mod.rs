@@ -26,8 +26,8 @@ use crate::scenario::ScenarioError;
 use crate::traffic::{App, Emit, Side};
 use build::{decode_client_addr, inner_client};
 use linkem::Pipeline;
-use proto::endpoint::{Client, Server};
-use proto::path::PathId;
+use multihome_proto::endpoint::{Client, Server};
+use multihome_proto::path::PathId;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -160,11 +160,11 @@ pub struct World {
     counters: SimCounters,
 }
 
-fn pi(d: Duration) -> proto::Instant {
-    proto::Instant::from_micros(d.as_micros() as u64)
+fn pi(d: Duration) -> multihome_proto::Instant {
+    multihome_proto::Instant::from_micros(d.as_micros() as u64)
 }
 
-fn du(i: proto::Instant) -> Duration {
+fn du(i: multihome_proto::Instant) -> Duration {
     Duration::from_micros(i.as_micros())
 }
 
@@ -431,7 +431,9 @@ impl World {
         *n += 1;
         // Inner packet size: the datagram minus its fixed overhead (a piggybacked ACK, when
         // present, adds 26 bytes the receiver cannot see from outside: ≤ 2 % error).
-        let len = bytes.len().saturating_sub(proto::wire::OVERHEAD_BYTES) as u32;
+        let len = bytes
+            .len()
+            .saturating_sub(multihome_proto::wire::OVERHEAD_BYTES) as u32;
         Some((*n - 1, len))
     }
 

@@ -7,8 +7,8 @@
 
 use super::{World, DOWN, UP};
 use crate::stats::{jain, reorder, ReorderReport, TrafficReport};
-use proto::reorder::ReorderStats;
-use proto::session::Session;
+use multihome_proto::reorder::ReorderStats;
+use multihome_proto::session::Session;
 use serde::Serialize;
 
 /// Per-client detail (paths, hops) is reported for this many clients only.
