@@ -266,7 +266,7 @@ fn flush(
             core.set_link_available(now, PathId(i as u8), false);
         }
     }
-    tun_writer.write_all(tun, || core.poll_deliver());
+    tun_writer.write_all(tun, |buf| core.poll_deliver(buf));
     while let Some(e) = core.poll_event() {
         tracing::info!(event = ?e, "session event");
     }

@@ -219,25 +219,40 @@ impl Default for TxBatch {
 
 /// Writes decrypted packets to the TUN device, coalescing consecutive TCP segments of a
 /// flow into super-packets (GRO) so the kernel runs its TCP receive path once per 64 KB
-/// instead of once per packet. Nothing is held across calls.
-#[derive(Default)]
+/// instead of once per packet. Nothing is held across calls but the reused buffer the core
+/// copies each packet into.
 pub struct TunWriter {
     gro: multihome_io::tun::GroBatch,
+    packet: Vec<u8>,
+}
+
+impl Default for TunWriter {
+    fn default() -> Self {
+        TunWriter {
+            gro: multihome_io::tun::GroBatch::default(),
+            packet: vec![0u8; BUF_BYTES],
+        }
+    }
 }
 
 impl TunWriter {
-    /// Writes every packet `next` yields.
-    pub fn write_all(&mut self, tun: &AsyncFd<Tun>, mut next: impl FnMut() -> Option<Vec<u8>>) {
+    /// Writes every packet `next` copies into the buffer it is given (returning its length).
+    pub fn write_all(
+        &mut self,
+        tun: &AsyncFd<Tun>,
+        mut next: impl FnMut(&mut [u8]) -> Option<usize>,
+    ) {
         let mut write = |f: &[u8]| {
             // A full TUN queue drops the frame; the inner TCP recovers.
             if let Err(e) = tun.get_ref().send_frame(f) {
                 tracing::debug!("writing to the TUN device: {e}");
             }
         };
-        while let Some(p) = next() {
-            if self.gro.push(&p).is_err() {
+        while let Some(n) = next(&mut self.packet) {
+            let p = &self.packet[..n];
+            if self.gro.push(p).is_err() {
                 self.gro.flush(&mut write);
-                if self.gro.push(&p).is_err() {
+                if self.gro.push(p).is_err() {
                     tracing::debug!("dropping a packet the GRO batch cannot take");
                 }
             }

@@ -150,7 +150,7 @@ fn flush(
         send(batch);
     }
     send(batch);
-    tun_writer.write_all(tun, || core.poll_deliver());
+    tun_writer.write_all(tun, |buf| core.poll_deliver(buf));
     while let Some((peer, e)) = core.poll_event() {
         tracing::info!(peer, event = ?e, "session event");
     }
