@@ -65,7 +65,10 @@ COMMANDS = {
     "race-eval-wireless-wireless": (
         f"sudo {PY} -m lab.race.experiment --config wireless-wireless --live"
     ),
-    "sim-bench": "target/release/multihome-sim bench --sessions 1000 --links 3 --seconds 60",
+    "sim-bench": (
+        "cargo run --profile bench-speed -p multihome-sim -- bench --sessions 1000 --seconds 60"
+        " --out sim/results/bench"
+    ),
 }
 
 
