@@ -69,7 +69,7 @@ impl Order {
 /// predecessors) kept.
 pub const MAX_ENTRIES: usize = 16_384;
 
-/// Reorder metrics (seed 003 §4.3: buffer occupancy and reorder density come from these).
+/// Reorder metrics (the MobilityFirst multihoming thesis §4.3: buffer occupancy and reorder density come from these).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReorderStats {
     /// Ordered packets that had to wait.
@@ -88,7 +88,7 @@ pub struct ReorderStats {
     pub lost_skips: u64,
     /// Ordered packets that did not arrive right after the highest seen so far.
     pub displaced: u64,
-    /// Reorder density (seed 003 §4.3, RFC 5236 style): counts of the displacement
+    /// Reorder density (the MobilityFirst multihoming thesis §4.3, RFC 5236 style): counts of the displacement
     /// `seq − (highest seen + 1)` of ordered arrivals, clamped to ±16; index 16 = in order.
     pub density: [u64; 33],
 }
