@@ -2,7 +2,7 @@
 //! UDP flow's first packet from the LAN is queued here before the kernel answers or routes
 //! it.
 //!
-//! - A SYN of a new 4-tuple is held (`multihome_proto::race::SynHold`) and its race starts at once;
+//! - A SYN of a new 4-tuple is held (`crate::core::SynHold`) and its race starts at once;
 //!   the client sees nothing yet. Its retransmissions are dropped. When an uplink wins, the
 //!   flow waits in [`Shared::waiting`] and the held SYN is accepted: it continues to the
 //!   TPROXY rule, the kernel completes the client's handshake on the transparent listener,
@@ -22,10 +22,10 @@
 //! `Gateway::begin` is released however the task ends.
 
 use super::attempt;
-use super::daemon::{drive, log_busy, relay, Shared, Slot};
+use super::event_loop::{drive, log_busy, relay, Shared, Slot};
 use super::nfqueue::{Packet, Verdict};
 use super::setup::{uplink_mark, REFUSE_MARK, UPLINK_MARK_MASK};
-use multihome_proto::race::{classify, Flow, Race, RaceError, SynVerdict, Transport};
+use crate::core::{classify, Flow, Race, RaceError, SynVerdict, Transport};
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::oneshot;

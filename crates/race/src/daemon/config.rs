@@ -33,8 +33,8 @@
 //! Invariant: everything that can be checked without the machine is checked here; the
 //! daemon checks interfaces and addresses at start-up.
 
-use crate::config::{ConfigError, Source};
-use multihome_proto::race::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
+use super::source::{ConfigError, Source};
+use crate::core::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -312,12 +312,12 @@ fn predictor(
                 .map(|p| (p.get_ref().as_str(), p.span().start))
             {
                 None | Some(("wired", _)) => (
-                    multihome_proto::race::avmet::WIRED_ALPHA,
-                    multihome_proto::race::avmet::WIRED_DELAY_MS,
+                    crate::core::avmet::WIRED_ALPHA,
+                    crate::core::avmet::WIRED_DELAY_MS,
                 ),
                 Some(("wireless", _)) => (
-                    multihome_proto::race::avmet::WIRELESS_ALPHA,
-                    multihome_proto::race::avmet::WIRELESS_DELAY_MS,
+                    crate::core::avmet::WIRELESS_ALPHA,
+                    crate::core::avmet::WIRELESS_DELAY_MS,
                 ),
                 Some((other, at)) => {
                     return Err(src.err(

@@ -2,7 +2,7 @@
 //! through to the transparent listener (or refuse it), relay the winner, route UDP flows,
 //! probe uplinks, answer the control socket.
 //!
-//! One current-thread tokio runtime; the shared state (`multihome_proto::race::Gateway`, the SYN
+//! One current-thread tokio runtime; the shared state (`crate::core::Gateway`, the SYN
 //! table, counters) sits in `RefCell`s borrowed only between awaits, so it needs no locks.
 //! With `hold_syns`, a connection starts from its SYN in the netfilter queue ([`super::held`]):
 //! the race runs while the client waits for a SYN-ACK, and the client's connection, once
@@ -17,16 +17,16 @@
 
 use super::attempt;
 use super::config::RaceSettings;
+use super::control::{self, ControlSocket};
 use super::held::{self, Held};
 use super::nfqueue::NfQueue;
+use super::runtime::{block_on, os_seed, shutdown_signal, Clock};
 use super::setup::{self, Interception, UplinkAddrs};
 use super::splice;
-use crate::control::ControlSocket;
-use crate::daemon::{block_on, shutdown_signal, Clock};
-use anyhow::{Context, Result};
-use multihome_proto::race::{
+use crate::core::{
     Action, AttemptState, Flow, Gateway, Race, RaceError, SynHold, UplinkId, MAX_UPLINKS,
 };
+use anyhow::{Context, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
@@ -109,7 +109,7 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         let control = ControlSocket::bind(&settings.control_socket)?;
         let seed = match settings.seed {
             Some(s) => s,
-            None => u64::from_le_bytes(crate::daemon::os_seed()?[..8].try_into()?),
+            None => os_seed()?,
         };
         let clock = Clock::new();
         let gw = Gateway::new(settings.gateway.clone(), seed, clock.now())?;
@@ -155,7 +155,7 @@ pub fn run(settings: RaceSettings) -> Result<()> {
                 conn = control.accept() => {
                     if let Ok(stream) = conn {
                         let doc = super::status::document(&sh);
-                        crate::control::reply(stream, doc.to_string());
+                        control::reply(stream, doc.to_string());
                     }
                 }
             }

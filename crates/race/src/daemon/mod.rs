@@ -3,7 +3,7 @@
 //!
 //! LAN hosts only use the gateway as their default route. Each new connection's SYN is
 //! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has
-//! no nftables `queue` statement) while the sans-IO core (`multihome_proto::race`) plans attempts, one
+//! no nftables `queue` statement) while the sans-IO core ([`crate::core`]) plans attempts, one
 //! socket per uplink bound to that uplink's device and address ([`attempt`]), and decides
 //! by the seed's rules ([`held`]). The losers are reset; the client's SYN is then let
 //! through to a transparent listener (nftables TPROXY, [`setup`]) and its connection is
@@ -15,11 +15,14 @@
 
 pub mod attempt;
 pub mod config;
-pub mod daemon;
+pub mod control;
+pub mod event_loop;
 pub mod held;
 pub mod nfqueue;
 pub mod replay;
+pub mod runtime;
 pub mod setup;
+pub mod source;
 pub mod splice;
 pub mod status;
 
@@ -41,8 +44,8 @@ pub struct RaceArgs {
 
 /// Loads and validates the configuration.
 pub fn load(path: &std::path::Path) -> Result<config::RaceSettings> {
-    let text = crate::config::read_file(path)?;
-    let src = crate::config::Source { path, text: &text };
+    let text = source::read_file(path)?;
+    let src = source::Source { path, text: &text };
     Ok(config::validate(&src)?)
 }
 
@@ -51,6 +54,6 @@ pub fn run(args: RaceArgs) -> Result<()> {
     let settings = load(&args.config)?;
     match args.replay {
         Some(dataset) => replay::run(&settings, &dataset),
-        None => daemon::run(settings),
+        None => event_loop::run(settings),
     }
 }
