@@ -1,5 +1,6 @@
 //! The control socket: a Unix stream socket (mode 0600, so only root reads the status)
-//! answering one request per connection with the status document ([`super::status`]).
+//! answering one request per connection with the status document (built by `status`, handed
+//! over by the event loop as a string, so this module knows nothing of the state).
 //!
 //! The same protocol as the tunnel daemons' socket (`crates/multihome/src/control.rs`), so
 //! one `multihome status` reads both; repeated here because `multihome` depends on this

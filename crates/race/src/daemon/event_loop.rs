@@ -1,74 +1,42 @@
-//! The racing gateway's event loop: hold new connections' SYNs, race each one, let the SYN
-//! through to the transparent listener (or refuse it), relay the winner, route UDP flows,
-//! probe uplinks, answer the control socket.
+//! The racing gateway's event loop: it owns the state ([`Shared`]), starts the tasks (the
+//! accept loop, the queue reader of [`super::held`], the probe loop) and answers the
+//! control socket, until SIGINT/SIGTERM removes the interception.
 //!
-//! One current-thread tokio runtime; the shared state (`crate::core::Gateway`, the SYN
+//! One current-thread tokio runtime; the shared state (the core's `Gateway`, the SYN
 //! table, counters) sits in `RefCell`s borrowed only between awaits, so it needs no locks.
 //! With `hold_syns`, a connection starts from its SYN in the netfilter queue ([`super::held`]):
 //! the race runs while the client waits for a SYN-ACK, and the client's connection, once
 //! accepted, is paired with the winner by its 4-tuple. A connection accepted without a held
 //! SYN (`hold_syns = false`, or the kernel queue overflowed and let the SYN pass, fail-open)
 //! is raced after the accept, as [`connection`] does; its refusal can then only be a reset.
-//! Each race drives its `Race` (attempts are tasks of their own whose results come back
-//! over a channel, so a loser can be aborted at once), then relays with splice. The
-//! gateway's `max_connections` bound covers the whole life of a connection (race, wait for
-//! the client's handshake, relay): past it new connections are refused at once and a
+//! Each race is carried out by [`super::drive`], then relayed with splice. The gateway's
+//! `max_connections` bound covers the whole life of a connection (race, wait for the
+//! client's handshake, relay): past it new connections are refused at once and a
 //! rate-limited log line says so.
+//!
+//! This is the top of the daemon's dependency order: it uses [`super::held`],
+//! [`super::status`], [`super::drive`] and [`super::state`]; none of them uses it.
 
 use super::attempt;
 use super::config::RaceSettings;
 use super::control::{self, ControlSocket};
-use super::held::{self, Held};
+use super::drive::{drive, relay};
+use super::held;
 use super::nfqueue::NfQueue;
 use super::runtime::{block_on, os_seed, shutdown_signal, Clock};
-use super::setup::{self, Interception, UplinkAddrs};
-use super::splice;
-use crate::core::{
-    Action, AttemptState, Flow, Gateway, Race, RaceError, SynHold, UplinkId, MAX_UPLINKS,
-};
+use super::setup::{self, Interception};
+use super::state::{Shared, Slot};
+use crate::core::{Flow, Gateway, RaceError};
 use anyhow::{Context, Result};
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::io;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 
-/// How often at most the "connection limit reached" line is logged.
-const BUSY_LOG_EVERY: Duration = Duration::from_secs(5);
 /// Bytes of each queued packet copied to the daemon: IPv6 plus a few extension headers
 /// plus the TCP header's first 14 bytes fit.
 const COPY_RANGE: u16 = 256;
-
-/// State shared by the connection tasks.
-pub struct Shared {
-    /// The sans-IO core.
-    pub gw: RefCell<Gateway>,
-    /// Core time.
-    pub clock: Clock,
-    /// Settings.
-    pub settings: RaceSettings,
-    /// Uplink addresses found at start-up.
-    pub addrs: Vec<UplinkAddrs>,
-    /// Bytes relayed (client → origin, origin → client) by finished connections.
-    pub relayed: Cell<(u64, u64)>,
-    /// Connections relayed now.
-    pub relaying: Cell<u64>,
-    /// The netfilter queue (held SYNs, first packets of UDP flows), when enabled.
-    pub queue: Option<AsyncFd<NfQueue>>,
-    /// Held and admitted SYNs.
-    pub hold: RefCell<SynHold<Held>>,
-    /// Admitted flows waiting for the listener to accept the client's connection.
-    pub waiting: RefCell<HashMap<Flow, oneshot::Sender<TcpStream>>>,
-    /// Connections accepted without a held SYN (raced after the accept).
-    pub unheld: Cell<u64>,
-    last_busy_log: Cell<Option<std::time::Instant>>,
-}
 
 /// Runs the gateway until SIGINT/SIGTERM.
 pub fn run(settings: RaceSettings) -> Result<()> {
@@ -82,23 +50,7 @@ pub fn run(settings: RaceSettings) -> Result<()> {
             )
         })?;
         // Bound before the rules that feed it exist, so no SYN is queued to nobody.
-        let queue = if settings.hold_syns || settings.udp_flows {
-            let cap = settings.gateway.max_connections;
-            // Held SYNs stay in the kernel's queue: room for all of them plus a burst.
-            let max_len = u32::try_from(cap).unwrap_or(u32::MAX).saturating_add(1024);
-            let q = NfQueue::bind(settings.queue_num, COPY_RANGE, max_len)
-                .with_context(|| format!("opening netfilter queue {}", settings.queue_num))?;
-            // SAFETY: NfQueue owns its netlink socket for its whole life and `as_raw_fd`
-            // always returns that fd; it is closed only by NfQueue's drop, after the
-            // AsyncFd has deregistered it.
-            let afd =
-                unsafe { AsyncFd::register_with_interest(q, Interest::READABLE) }.map_err(|e| {
-                    anyhow::anyhow!("registering the netfilter queue: {}", e.into_parts().1)
-                })?;
-            Some(afd)
-        } else {
-            None
-        };
+        let queue = open_queue(&settings)?;
         if settings.udp_flows && !ipv4_forwarding() {
             tracing::warn!(
                 "net.ipv4.ip_forward is 0: UDP flows from the LAN will not be forwarded; \
@@ -113,20 +65,7 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         };
         let clock = Clock::new();
         let gw = Gateway::new(settings.gateway.clone(), seed, clock.now())?;
-        let hold = SynHold::new(settings.gateway.max_connections);
-        let sh = Rc::new(Shared {
-            gw: RefCell::new(gw),
-            clock,
-            settings,
-            addrs,
-            relayed: Cell::new((0, 0)),
-            relaying: Cell::new(0),
-            queue,
-            hold: RefCell::new(hold),
-            waiting: RefCell::new(HashMap::new()),
-            unheld: Cell::new(0),
-            last_busy_log: Cell::new(None),
-        });
+        let sh = Rc::new(Shared::new(gw, clock, settings, addrs, queue));
         tracing::info!(
             "racing TCP from {:?} over {} uplinks with predictor {} (listener port {}, \
              SYNs held: {}, UDP flows routed: {}, queue {})",
@@ -164,6 +103,25 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         drop(interception);
         Ok(())
     })
+}
+
+/// Opens the netfilter queue when SYNs are held or UDP flows routed, registered with the
+/// runtime.
+fn open_queue(settings: &RaceSettings) -> Result<Option<AsyncFd<NfQueue>>> {
+    if !(settings.hold_syns || settings.udp_flows) {
+        return Ok(None);
+    }
+    let cap = settings.gateway.max_connections;
+    // Held SYNs stay in the kernel's queue: room for all of them plus a burst.
+    let max_len = u32::try_from(cap).unwrap_or(u32::MAX).saturating_add(1024);
+    let q = NfQueue::bind(settings.queue_num, COPY_RANGE, max_len)
+        .with_context(|| format!("opening netfilter queue {}", settings.queue_num))?;
+    // SAFETY: NfQueue owns its netlink socket for its whole life and `as_raw_fd` always
+    // returns that fd; it is closed only by NfQueue's drop, after the AsyncFd has
+    // deregistered it.
+    let afd = unsafe { AsyncFd::register_with_interest(q, Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("registering the netfilter queue: {}", e.into_parts().1))?;
+    Ok(Some(afd))
 }
 
 fn ipv4_forwarding() -> bool {
@@ -212,15 +170,6 @@ async fn accept_loop(sh: Rc<Shared>, listener: tokio::net::TcpListener) {
     }
 }
 
-/// Frees the connection's slot in the gateway however the task ends.
-pub(super) struct Slot(pub(super) Rc<Shared>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.gw.borrow_mut().release();
-    }
-}
-
 /// A connection accepted without a held SYN: race now; refusing it can only be a reset.
 async fn connection(sh: Rc<Shared>, client: TcpStream) {
     let (Ok(dst), Ok(src)) = (client.local_addr(), client.peer_addr()) else {
@@ -231,7 +180,7 @@ async fn connection(sh: Rc<Shared>, client: TcpStream) {
     let mut race = match begun {
         Ok(r) => r,
         Err(RaceError::Busy { limit }) => {
-            log_busy(&sh, limit);
+            sh.log_busy(limit);
             attempt::reset(client);
             return;
         }
@@ -253,124 +202,6 @@ async fn connection(sh: Rc<Shared>, client: TcpStream) {
         return;
     };
     relay(&sh, client, uplink, origin, src, dst).await;
-}
-
-/// Relays the client's connection over the chosen uplink's until both ends are done.
-pub(super) async fn relay(
-    sh: &Shared,
-    client: TcpStream,
-    uplink: UplinkId,
-    origin: TcpStream,
-    src: SocketAddr,
-    dst: SocketAddr,
-) {
-    tracing::debug!(
-        "{src} -> {dst}: using uplink {}",
-        sh.settings.uplinks[uplink.index()].name
-    );
-    sh.relaying.set(sh.relaying.get() + 1);
-    let res = splice::relay(client, origin).await;
-    sh.relaying.set(sh.relaying.get() - 1);
-    match res {
-        Ok(r) => {
-            let (up, down) = sh.relayed.get();
-            sh.relayed.set((up + r.up, down + r.down));
-        }
-        Err(e) => tracing::debug!("{src} -> {dst}: relay ended: {e}"),
-    }
-}
-
-/// Logs (at most every [`BUSY_LOG_EVERY`]) that new connections are being refused.
-pub(super) fn log_busy(sh: &Shared, limit: usize) {
-    let now = std::time::Instant::now();
-    if sh
-        .last_busy_log
-        .get()
-        .is_none_or(|t| now.duration_since(t) >= BUSY_LOG_EVERY)
-    {
-        sh.last_busy_log.set(Some(now));
-        let refused = sh.gw.borrow().status().busy_refusals + sh.hold.borrow().busy();
-        tracing::warn!(
-            "connection limit reached: {limit} connections are being raced or relayed; new \
-             connections are refused until some finish ({refused} so far). Raise \
-             max_connections in [race] if the host has the file descriptors"
-        );
-    }
-}
-
-type AttemptResult = (UplinkId, io::Result<TcpStream>);
-
-/// Drives one race to its decision; returns the chosen uplink's connection.
-pub(super) async fn drive(
-    sh: &Rc<Shared>,
-    race: &mut Race,
-    dst: SocketAddr,
-) -> Option<(UplinkId, TcpStream)> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<AttemptResult>();
-    let mut tasks: [Option<JoinHandle<()>>; MAX_UPLINKS] = Default::default();
-    let mut connected: [Option<TcpStream>; MAX_UPLINKS] = Default::default();
-    let mut winner = None;
-    loop {
-        while let Some(action) = race.poll_action() {
-            match action {
-                Action::Start(u) => {
-                    let (sh2, tx) = (sh.clone(), tx.clone());
-                    tasks[u.index()] = Some(tokio::task::spawn_local(async move {
-                        let up = &sh2.settings.uplinks[u.index()];
-                        let res = attempt::connect(&up.interface, sh2.addrs[u.index()], dst).await;
-                        let _ = tx.send((u, res));
-                    }));
-                }
-                Action::Close(u) => {
-                    if let Some(t) = tasks[u.index()].take() {
-                        t.abort(); // drops the connecting socket
-                    }
-                    if let Some(s) = connected[u.index()].take() {
-                        attempt::reset(s);
-                    }
-                }
-                Action::Use(u) => {
-                    tasks[u.index()] = None;
-                    winner = connected[u.index()].take().map(|s| (u, s));
-                }
-                Action::RefuseClient => {}
-            }
-        }
-        if race.outcome().is_some() {
-            break;
-        }
-        let deadline = sh.clock.deadline(race.poll_timeout());
-        tokio::select! {
-            Some((u, res)) = rx.recv() => {
-                let now = sh.clock.now();
-                let pending = matches!(race.state(u), Some(AttemptState::Pending(_)));
-                match res {
-                    Ok(s) if pending => {
-                        connected[u.index()] = Some(s);
-                        race.handle_connected(now, u);
-                    }
-                    Ok(s) => attempt::reset(s),
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => race.handle_refused(now, u),
-                    Err(e) => {
-                        tracing::debug!("attempt over uplink {} to {dst}: {e}", u.0);
-                        race.handle_failed(now, u);
-                    }
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => race.handle_timeout(sh.clock.now()),
-        }
-    }
-    for t in tasks.iter_mut().filter_map(Option::take) {
-        t.abort();
-    }
-    // A loser whose handshake completed while the decision was being made: reset it.
-    rx.close();
-    while let Ok((_, res)) = rx.try_recv() {
-        if let Ok(s) = res {
-            attempt::reset(s);
-        }
-    }
-    winner
 }
 
 async fn probe_loop(sh: Rc<Shared>) {

@@ -12,10 +12,28 @@
 //! ECONNREFUSED, as if it had tried the destination itself. New UDP flows get one uplink
 //! each from the same predictor (a mark, conntrack, policy routing). `--replay` runs the
 //! same core offline over a recorded fetch dataset ([`replay`]) for the lab's evaluation.
+//!
+//! Dependencies among the modules point one way (no module imports one above it):
+//!
+//! ```text
+//! event_loop                      owns the state, starts the tasks, answers the control socket
+//!   ├─> held                      the queue side: holds SYNs, gives verdicts, marks UDP flows
+//!   │     └─> drive               one race over sockets, the relay of its winner
+//!   ├─> status                    reads the state into the status document
+//!   └─> drive, control, runtime
+//! held, drive, status ─> state    the shared types: Shared, Held, Slot
+//! state ─> config, setup, nfqueue, runtime
+//! attempt ─> setup ─> config ─> source;   replay ─> config (offline, virtual time)
+//! ```
+//!
+//! [`state`] holds what the tasks share ([`state::Shared`], [`state::Held`],
+//! [`state::Slot`]); [`event_loop`] creates and owns it; [`held`] (the queue side) and the
+//! accept loop carry races out with [`drive`]; [`status`] only reads it.
 
 pub mod attempt;
 pub mod config;
 pub mod control;
+pub mod drive;
 pub mod event_loop;
 pub mod held;
 pub mod nfqueue;
@@ -24,6 +42,7 @@ pub mod runtime;
 pub mod setup;
 pub mod source;
 pub mod splice;
+pub mod state;
 pub mod status;
 
 use anyhow::Result;

@@ -5,7 +5,7 @@
 //! It carries `role`, `counters` and an empty `sessions` list so `multihome status`'s
 //! generic printer shows something sensible; `--json` gives everything.
 
-use super::event_loop::Shared;
+use super::state::Shared;
 use serde_json::{json, Value};
 
 /// The document for the current state.
