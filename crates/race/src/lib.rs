@@ -1,4 +1,4 @@
-//! multihome's racing gateway (`multihome race`, seed 000: MultiNAT / AvMet): a LAN gateway
+//! multihome's racing gateway (`multihome race`, Rao's MultiNAT and AvMet): a LAN gateway
 //! with several uplinks races each new TCP connection over every uplink (or the ones its
 //! predictor names), keeps the best and resets the others; each new UDP flow gets one
 //! uplink from the same predictor. It needs no server and shares no state with the tunnel.

@@ -1,4 +1,4 @@
-//! AvMet (seed 000 §4.4): an EWMA over which uplink completed the handshake first.
+//! AvMet (the MultiNAT thesis §4.4): an EWMA over which uplink completed the handshake first.
 //!
 //! The seed keeps one float for two links, `curbest = α·curbest + (1−α)·link` with `link`
 //! 0 or 1, and believes link 1 is better when `curbest > 0.5`. For N uplinks we keep one

@@ -5,7 +5,7 @@
 //! [`Race::poll_timeout`]) and carries out the [`Action`]s it pulls with
 //! [`Race::poll_action`]: start an attempt, close one, use one, or refuse the client.
 //!
-//! Rules (seed 000 §3.1, figures 3-2 and 3-3; the delay queue of §3.3.2):
+//! Rules (the MultiNAT thesis §3.1, figures 3-2 and 3-3; the delay queue of §3.3.2):
 //! - An RST or failure on one uplink is ignored while another attempt may still succeed.
 //! - The client is refused only when every attempt has ended without a handshake (all
 //!   refused, failed or timed out); [`Outcome::Refused`] when all of them were refused.

@@ -6,7 +6,7 @@
 //! predictor learn from it, [`Gateway::release`] frees the connection's slot when the driver
 //! has closed it. Predictor state is global or per destination address (a bounded map: the
 //! least recently used destination is forgotten first). A DSCP value can pin a connection to
-//! one uplink (seed 000 §3.2: the TOS byte selects the gateway).
+//! one uplink (the MultiNAT thesis §3.2: the TOS byte selects the gateway).
 //!
 //! Probes (for the `probe` predictor) are scheduled here: [`Gateway::poll_probe`] names the
 //! next uplink to probe, with ±10 % jitter from the seeded RNG so probes of different

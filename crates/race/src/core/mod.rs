@@ -1,4 +1,4 @@
-//! The racing gateway's decisions (seed 000: MultiNAT and AvMet), sans-IO.
+//! The racing gateway's decisions (Rao's MultiNAT and AvMet), sans-IO.
 //!
 //! A gateway with several uplinks opens each new TCP connection over every uplink (or over
 //! the ones its predictor names), keeps one and closes the rest. Everything that *decides*

@@ -1,4 +1,4 @@
-//! An ETT-like metric per uplink from periodic probes (seed 000 §2.2, §4.3.2; Roofnet).
+//! An ETT-like metric per uplink from periodic probes (the MultiNAT thesis §2.2, §4.3.2; Roofnet).
 //!
 //! Roofnet's ETT is the expected time to get one 1500-byte packet across a link, counting
 //! retransmissions: `ETT = ETX · S/B` with `ETX = 1/(d_f · d_r)` from broadcast probe

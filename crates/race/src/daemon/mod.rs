@@ -1,5 +1,5 @@
 //! `multihome race`: a transparent gateway that races each new TCP connection over every
-//! uplink and keeps the one its predictor picks (seed 000: MultiNAT, AvMet).
+//! uplink and keeps the one its predictor picks (Rao's MultiNAT and AvMet).
 //!
 //! LAN hosts only use the gateway as their default route. Each new connection's SYN is
 //! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has

@@ -1,4 +1,4 @@
-//! Offline replay of a fetch dataset through the racing core, in virtual time (seed 000
+//! Offline replay of a fetch dataset through the racing core, in virtual time (Rao's MultiNAT thesis
 //! §4.1.1: predictors evaluated on recorded connection and download times).
 //!
 //! The dataset (JSON lines, written by `lab/race/fetch.py`) has one line per object fetched
