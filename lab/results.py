@@ -1,8 +1,10 @@
 """Where experiment results go and which revision produced them.
 
-Role: name result files after the git revision and write them as JSON under bench/results/.
+Role: write a suite's result as JSON under a stable name, ``bench/results/<kind>.json`` (the
+newest run of each suite; the revision is inside), and append its figures to the history log
+``bench/history.jsonl`` (``lab/bench/history.py``), where older runs live on.
 Invariant: a result file always records the revision and whether the tree was dirty, so a
-number can be traced to the code that produced it (DESIGN.md §4).
+number can be traced to the code that produced it.
 """
 
 from __future__ import annotations
@@ -45,10 +47,14 @@ def git_revision() -> tuple[str, bool]:
 
 
 def write_result(kind: str, data: dict) -> Path:
-    """Write ``bench/results/<kind>-<rev>.json`` with revision metadata; return the path."""
+    """Write ``bench/results/<kind>.json`` with revision metadata (replacing the previous run
+    of that suite), append its lines to ``bench/history.jsonl``; return the path."""
     rev, dirty = git_revision()
     data = {"revision": rev, "dirty": dirty, "timestamp": time.time(), **data}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{kind}-{rev}.json"
+    path = RESULTS_DIR / f"{kind}.json"
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from lab.bench import history  # noqa: PLC0415 (lab.bench imports this module)
+
+    history.append([path])
     return path

@@ -26,7 +26,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-    for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
+    for d in "$HOME/.cargo/bin" ~root/.cargo/bin; do
         [ -x "$d/cargo" ] && export PATH="$d:$PATH"
     done
 fi

@@ -4,7 +4,7 @@
 # namespaces. Run as root on Debian 12. Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:/root/.cargo/bin:$PATH"
+export PATH="$HOME/.cargo/bin:$(echo ~root)/.cargo/bin:$PATH"
 
 stage() { printf '\n===== %s =====\n' "$*"; }
 

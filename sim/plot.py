@@ -1,4 +1,6 @@
-"""Plots of the simulator studies (seed 003 section 4.3, seed 004) from sim/results/.
+"""Plots of the simulator studies from sim/results/: section 4.3 of Mukherjee, "Network-Assisted
+Multihoming for Emerging Heterogeneous Wireless Access Scenarios" (Rutgers M.S. thesis, 2014),
+and the loss and fairness tables of Magalhães, "A Transport Layer Approach to Host Mobility".
 
 Reads the `summary.csv` and per-run JSON files that `multihome-sim run` writes and draws
 PNGs into sim/results/plots/. Every figure is a pure function of those files.
@@ -53,7 +55,9 @@ def reorder_occupancy(results: Path, out: Path) -> None:
             ax.set_ylabel("mean reorder buffer (KB)")
             ax.grid(alpha=0.3)
             ax.legend()
-    fig.suptitle("Reorder buffer occupancy at the client vs path disparity (seed 003 fig. 4.5/4.6)")
+    fig.suptitle(
+        "Reorder buffer occupancy at the client vs path disparity (Mukherjee fig. 4.5/4.6)"
+    )
     fig.tight_layout()
     fig.savefig(out / "seed003_occupancy.png", dpi=110)
     plt.close(fig)
@@ -76,7 +80,7 @@ def reorder_density(results: Path, out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     axes[0].set_ylabel("fraction of packets")
-    fig.suptitle("Reorder density vs rate ratio (seed 003 fig. 4.7)")
+    fig.suptitle("Reorder density vs rate ratio (Mukherjee fig. 4.7)")
     fig.tight_layout()
     fig.savefig(out / "seed003_density.png", dpi=110)
     plt.close(fig)
@@ -105,7 +109,7 @@ def both_vs_best(results: Path, out: Path) -> None:
     ax.set_xlabel("rate ratio of the paths (36 Mbit/s : 36/k)")
     ax.set_ylabel("flow size")
     fig.colorbar(im, label="completion(best) / completion(both): > 1 = striping pays")
-    ax.set_title("Best path vs both paths (seed 003 fig. 4.10)")
+    ax.set_title("Best path vs both paths (Mukherjee fig. 4.10)")
     fig.tight_layout()
     fig.savefig(out / "seed003_both_vs_best.png", dpi=110)
     plt.close(fig)
@@ -126,7 +130,7 @@ def loss_table(results: Path, out: Path) -> None:
             series[f"2 links, {pol}"] = averaged(rows, ["loss"], "goodput_mbit")
         width = 0.2
         for i, (name, g) in enumerate(series.items()):
-            # Packets of 1334 bytes delivered in 30 s, the unit of seed 004's table.
+            # Packets of 1334 bytes delivered in 30 s, the unit of Magalhães's table.
             ys = [g.get((loss,), 0.0) * 1e6 * 30 / 8 / 1334 for loss in losses]
             ax.bar([x + i * width for x in range(len(losses))], ys, width, label=name)
         ax.set_xticks([x + 1.5 * width for x in range(len(losses))], ["0", "0.1 %", "1 %"])
@@ -135,7 +139,7 @@ def loss_table(results: Path, out: Path) -> None:
         ax.set_title(f"{rate} links, 40 ms")
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("One NewReno-like flow under random loss (seed 004's loss table)")
+    fig.suptitle("One NewReno-like flow under random loss (Magalhães's loss table)")
     fig.tight_layout()
     fig.savefig(out / "seed004_loss.png", dpi=110)
     plt.close(fig)
@@ -155,7 +159,7 @@ def fairness(results: Path, out: Path) -> None:
         ax.bar(xs, gs, width, label=f"{label}: Jain {j:.3f}")
     ax.set_xticks([x + 0.4 - width / 2 for x in range(5)], [f"flow {i + 1}" for i in range(5)])
     ax.set_ylabel("goodput (Mbit/s)")
-    ax.set_title("5 competing TCP flows on a shared bottleneck (seed 004, seed 1)")
+    ax.set_title("5 competing TCP flows on a shared bottleneck (Magalhães's table, seed 1)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

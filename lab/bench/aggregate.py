@@ -36,7 +36,7 @@ Usage (root, ~20 min with the defaults: 16 flows of 30 s on fixed cases, 16 on t
 Invariants: every system of a run crosses the same linkem processes (only the multihome
 daemons restart, to switch scheduler); a run's ratios use single-link goodputs from that
 run; a partial run (``--cases``, ``--seconds`` below the scenario's) is written as
-``aggregate-quick-<rev>.json`` so it never poses as the suite's result.
+``aggregate-quick.json`` so it never poses as the suite's result.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Role: produce the two Mahimahi traces of a trace pair in a run's temporary folder, either with
 the project's own generator (``linkem trace-gen``) or by converting a real Wi-Fi/cellular pair
 of MP-Traces (aydini/MP-Traces, ``Traces/<path>_<trial>_{wifi,cellular}.csv``, read in place
-from /work/shared/data/mptraces or ``$MPTRACES_DIR``), and compute the capacity they offer.
+from ``$MPTRACES_DIR``, else ``$MULTIHOME_DATA/mptraces``, else ``shared/data/mptraces`` beside
+the repository, i.e. ``../shared/data/mptraces`` from its root), and compute the capacity they
+offer.
 
 MP-Traces format: CRLF lines ``second,bytes`` (second 1, 2, ...; throughput in bytes per
 second, as the repository's ``Scripts/tputVary.sh`` reads it: ``tput/1000*8`` kbit/s). Second
@@ -27,7 +29,12 @@ from lab.linkem import trace_gen
 from lab.netns import LabError
 
 OPPORTUNITY_BYTES = 1500
-MPTRACES_DIR = Path(os.environ.get("MPTRACES_DIR", "/work/shared/data/mptraces"))
+# Data sets live outside the repository: $MULTIHOME_DATA, else shared/data/ beside the repository.
+DATA_DIR = Path(
+    os.environ.get("MULTIHOME_DATA")
+    or Path(__file__).resolve().parent.parent.parent.parent / "shared" / "data"
+)
+MPTRACES_DIR = Path(os.environ.get("MPTRACES_DIR") or DATA_DIR / "mptraces")
 
 
 class TracesUnavailable(LabError):

@@ -1,7 +1,8 @@
 """Shared plumbing of the benchmark suites: progress lines, machine facts, result files, plots.
 
-Role: every suite writes ``bench/results/<suite>-<rev>.json`` (revision, dirty flag, machine,
-load before and after) and the same name with ``.png`` and ``.svg`` for its figure, and prints
+Role: every suite writes ``bench/results/<suite>.json`` (revision, dirty flag, machine,
+load before and after; it replaces the suite's previous result, whose figures stay in
+``bench/history.jsonl``) and the same name with ``.png`` and ``.svg`` for its figure, and prints
 progress with the elapsed time so a long run is never silent.
 
 Invariant: numbers in a result file come with the machine facts, the load average they were

@@ -12,7 +12,7 @@ ratio sim / lab; the plain-TCP pairs tell the link and TCP models apart from the
 Usage (root; ~3 min for the lab's 3 runs of 3 flows, the simulator takes a second)::
 
     .venv/bin/python -m lab.bench crosscheck [--runs N]
-    .venv/bin/python -m lab.bench crosscheck --lab-from bench/results/crosscheck-REV.json
+    .venv/bin/python -m lab.bench crosscheck --lab-from bench/results/crosscheck.json
 
 ``--lab-from`` reuses the lab runs of an earlier result (same scenario files) and runs only
 the simulator: the way to work on the simulator's models against one lab measurement; the

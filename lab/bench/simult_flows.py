@@ -180,7 +180,8 @@ def main(
     scheduler: str | None = None,
 ) -> dict:
     """Run the matrix; ``scheduler`` (earliest|weighted) sets multihome's aggregate_scheduler
-    and the result is then ``simult-flows-<scheduler>-<rev>.json`` (a diagnostic variant)."""
+    and the result is then ``simult-flows-<scheduler>.json`` (a diagnostic variant); a run of
+    only some cases is ``simult-flows-partial.json``, so it never poses as the suite's result."""
     sc = load("simult-flows")
     size = sc.bench["size_mib"] * MIB
     runs = runs or sc.bench["runs"]
@@ -197,7 +198,8 @@ def main(
         "aggregate_scheduler": scheduler or "earliest (default)",
         "cases": results,
     }
-    save(f"simult-flows-{scheduler}" if scheduler else "simult-flows", data, plot(results))
+    name = f"simult-flows-{scheduler}" if scheduler else "simult-flows"
+    save(name if only is None else "simult-flows-partial", data, plot(results))
     print(f"\n{'case':28} {'multihome':>16} {'kernel MPTCP':>16}   (passed, median s)")
     for c in results:
         cells = [

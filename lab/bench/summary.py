@@ -1,27 +1,23 @@
 """``python -m lab.bench.summary``: markdown tables of the latest result of each suite.
 
-Role: read the newest ``bench/results/<suite>-<rev>.json`` of each suite and print the tables
-that docs/EXPERIMENTS.md quotes (so the document is refreshed from data, not retyped).
+Role: read each suite's latest result, ``bench/results/<suite>.json`` (a stable name; the
+revision is inside), and print its table. ``python -m lab.bench.history tables`` prints the
+same from the history log for every suite and refreshes docs/EXPERIMENTS.md.
 Invariant: every table names the revision, the dirty flag and the machine it came from.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 from lab.results import RESULTS_DIR
 
 
 def latest(suite: str) -> dict | None:
-    """The newest ``<suite>-<rev>.json`` (not a variant such as simult-flows-weighted-<rev>)."""
-    pattern = re.compile(rf"{re.escape(suite)}-([0-9a-f]{{4,40}}|norev)\.json")
-    files = sorted(
-        (p for p in RESULTS_DIR.glob(f"{suite}-*.json") if pattern.fullmatch(p.name)),
-        key=lambda p: p.stat().st_mtime,
-    )
-    return json.loads(files[-1].read_text()) | {"_file": files[-1].name} if files else None
+    """The suite's latest result, ``bench/results/<suite>.json``, if there is one."""
+    path = RESULTS_DIR / f"{suite}.json"
+    return json.loads(path.read_text()) | {"_file": path.name} if path.exists() else None
 
 
 def provenance(d: dict) -> str:

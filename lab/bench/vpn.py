@@ -90,7 +90,7 @@ def wireguard_go_binary() -> str:
         os.environ.get("WIREGUARD_GO"),
         shutil.which("wireguard-go"),
         str(Path.home() / "go" / "bin" / "wireguard"),
-        "/root/go/bin/wireguard",
+        str(Path("~root/go/bin/wireguard").expanduser()),  # under sudo, $HOME may be the user's
     ]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):

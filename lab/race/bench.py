@@ -7,7 +7,7 @@ gateway routing directly over uplink 0 (forwarding + masquerade, no daemon), the
 ``multihome race``: set-up with the ``race`` predictor, throughput with ``static`` (one
 attempt: iperf3's one-off server cannot tell a raced loser from its control connection).
 Reports the added set-up time (median and p90 difference; target ≤ 1 ms) and the
-relayed/direct throughput ratio (target ≥ 0.9); writes ``bench/results/race-bench-<rev>.json``.
+relayed/direct throughput ratio (target ≥ 0.9); writes ``bench/results/race-bench.json``.
 
 Not a test: the figures move with the load of the shared 2-core machine; only quantities
 measured in the same run are compared. ``--rate-mbit`` shapes both uplinks with tbf, for a

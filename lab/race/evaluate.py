@@ -1,4 +1,5 @@
-"""Offline evaluation of the race predictors on a fetch dataset (seed 000 §4.1.1–4.4).
+"""Offline evaluation of the race predictors on a fetch dataset (§4.1.1–4.4 of Rao,
+"Gateway Selection in Multi-hop Wireless Networks", MIT M.Eng. thesis, 2005).
 
 Role: replay a dataset written by ``lab.race.fetch dataset`` through ``multihome race
 --replay`` once per predictor (the daemon's own sans-IO core, in virtual time), add the

@@ -6,7 +6,7 @@ the race topology with ``linkem`` on both access links, fetch a few thousand obj
 uplink (the dataset), evaluate the predictors offline (:mod:`lab.race.evaluate`) and, with
 ``--live``, run the same predictors in ``multihome race`` on wireless+wireless with the LAN host
 fetching through the gateway, for p50/p95/p99 side by side. Writes
-``bench/results/race-eval-<config>-<rev>.json`` with a CDF-tail plot (``.png``) and the
+``bench/results/race-eval-<config>.json`` with a CDF-tail plot (``.png``) and the
 dataset the offline evaluation replayed (``-dataset.jsonl.gz``); the live figures are in the
 wireless+wireless result.
 

@@ -1,4 +1,5 @@
-"""The fetch workload of the race lab (seed 000 §4.1), and single fetches for tests.
+"""The fetch workload of the race lab (§4.1 of Rao, "Gateway Selection in Multi-hop Wireless
+Networks", MIT M.Eng. thesis, 2005), and single fetches for tests.
 
 Role, by subcommand:
 

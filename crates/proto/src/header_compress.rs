@@ -205,6 +205,16 @@ pub fn write_dynamic(packet: &[u8], header_len: usize, out: &mut [u8]) -> Option
     Some(n)
 }
 
+/// Writes the body of a compressed TCP frame into `out`: the changing fields
+/// (`write_dynamic`), then the payload after `header_len` bytes. Returns the bytes written,
+/// or `None` if `packet` is shorter than `header_len` or `out` too small.
+pub fn write_body(packet: &[u8], header_len: usize, out: &mut [u8]) -> Option<usize> {
+    let payload = packet.get(header_len..)?;
+    let n = write_dynamic(packet, header_len, out)?;
+    out.get_mut(n..n + payload.len())?.copy_from_slice(payload);
+    Some(n + payload.len())
+}
+
 /// Why a compressed frame could not be restored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecompressError {
@@ -242,6 +252,18 @@ impl Decompressor {
 
     /// Rebuilds the IP packet of a compressed frame (`body` = changing fields + payload).
     pub fn decompress(&self, ctx: u8, body: &[u8]) -> Result<Vec<u8>, DecompressError> {
+        let mut p = Vec::new();
+        self.decompress_into(ctx, body, &mut p)?;
+        Ok(p)
+    }
+
+    /// As `decompress`, into `p` (cleared first), so the receive path can reuse buffers.
+    pub fn decompress_into(
+        &self,
+        ctx: u8,
+        body: &[u8],
+        p: &mut Vec<u8>,
+    ) -> Result<(), DecompressError> {
         let c = self.contexts[usize::from(ctx)].ok_or(DecompressError::UnknownContext)?;
         let n = dynamic_len(c.timestamps);
         if body.len() < n {
@@ -250,7 +272,8 @@ impl Decompressor {
         let (d, payload) = body.split_at(n);
         let hl = header_len(c.timestamps);
         let total = u16::try_from(hl + payload.len()).map_err(|_| DecompressError::TooLong)?;
-        let mut p = Vec::with_capacity(usize::from(total));
+        p.clear();
+        p.reserve(usize::from(total));
         // IPv4 header.
         p.extend_from_slice(&[0x45, d[0]]);
         p.extend_from_slice(&total.to_be_bytes());
@@ -284,7 +307,7 @@ impl Decompressor {
         if sum.ones_complement() != 0 {
             return Err(DecompressError::Checksum);
         }
-        Ok(p)
+        Ok(())
     }
 }
 

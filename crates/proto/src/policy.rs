@@ -1,7 +1,7 @@
 //! Per-flow policies: which scheduler a packet's flow is under.
 //!
 //! The client classifies each IP packet from the TUN by protocol, port range and DSCP
-//! against ordered rules (first match wins, else the default), as seed 003's per-flow
+//! against ordered rules (first match wins, else the default), as MobilityFirst's per-flow
 //! policy and Speedify's/Peplink's classes do. The policy code travels in the DATA frame's
 //! flags, and the server remembers it per flow in a bounded `FlowTable`, so return traffic
 //! is scheduled by the same policy without the server carrying the client's rules.

@@ -4,7 +4,8 @@
 //! Layout: `scenario` (TOML schema) and `sweep` (axes, shards) describe runs; `world`
 //! builds and runs one (endpoints, linkem hop chains, apps, event loop) and reports it;
 //! `traffic`, `tcp` (with `cubic`) and `packet` are the applications and their inner
-//! packets; `stats` holds the metrics (reorder density and occupancy of seed 003, Jain's
+//! packets; `stats` holds the metrics (reorder density and occupancy from Mukherjee,
+//! "Network-Assisted Multihoming", Jain's
 //! index);
 //! `runner` runs sweeps on all cores and writes results; `bench` measures speed.
 //!

@@ -240,7 +240,8 @@ pub struct HopSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum CcSpec {
-    /// NewReno (RFC 5681/6582): seed 004's baseline.
+    /// NewReno (RFC 5681/6582): the baseline of Magalhães, "A Transport Layer Approach to
+    /// Host Mobility".
     #[default]
     Newreno,
     /// CUBIC (RFC 9438), Linux's default: for comparisons with the lab.
@@ -270,7 +271,8 @@ pub enum FlowKind {
     /// Constant-rate UDP (VoIP-like).
     Cbr,
     /// Constant-rate UDP without inner transport, meant to keep the tunnel backlogged
-    /// (offered above capacity): seed 003's source that always has chunks.
+    /// (offered above capacity): the source that always has chunks of Mukherjee,
+    /// "Network-Assisted Multihoming".
     Saturate,
 }
 
@@ -337,7 +339,8 @@ pub struct FlowSpec {
 #[serde(deny_unknown_fields)]
 pub struct MetricsSpec {
     /// Record the arrival order of striped packets at each receiver (reorder density and
-    /// buffer occupancy as in seed 003 §4.3). Only meaningful for single-copy policies.
+    /// buffer occupancy as in Mukherjee, "Network-Assisted Multihoming", §4.3). Only
+    /// meaningful for single-copy policies.
     #[serde(default)]
     pub reorder_trace: bool,
 }

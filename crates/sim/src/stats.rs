@@ -1,7 +1,8 @@
-//! Measurements: latency histograms, summaries, Jain's fairness index, and seed 003's
-//! reorder metrics computed from the order in which striped packets reached a receiver.
+//! Measurements: latency histograms, summaries, Jain's fairness index, and the reorder
+//! metrics of Mukherjee, "Network-Assisted Multihoming for Emerging Heterogeneous Wireless
+//! Access Scenarios" (Rutgers M.S. thesis, 2014), computed from the order in which striped packets reached a receiver.
 //!
-//! Reorder metrics (seed 003 §4.3.1, after Piratla & Jayasumana): packets are ranked by
+//! Reorder metrics (that thesis §4.3.1, after Piratla & Jayasumana): packets are ranked by
 //! sequence number among those that arrived (lost ones are not waited for), then
 //! - buffer occupancy after each arrival = packets held because an earlier one is missing
 //!   (its Table 4.3: the example sequence 1 2 4 3 6 7 5 10 8 9 gives a mean of 0.6 over
@@ -172,7 +173,7 @@ pub struct TrafficReport {
 /// Displacements beyond ±this are pooled in the two tail bins.
 pub const DENSITY_SPAN: i64 = 20;
 
-/// Reorder metrics of one receiver (seed 003 §4.3.1).
+/// Reorder metrics of one receiver (Mukherjee, "Network-Assisted Multihoming", §4.3.1).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReorderReport {
     /// Packets traced.

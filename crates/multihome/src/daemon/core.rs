@@ -9,9 +9,8 @@
 //! path's socket, the server from its only socket (number 0); only the client has links to
 //! lose and a session to close.
 //!
-//! `poll_deliver` writes into the caller's buffer (the driver keeps one of `BUF_BYTES`),
-//! the shape the endpoints' own `poll_deliver` is moving to; until then [`copy_out`] adapts
-//! the `Vec`-returning one.
+//! `poll_deliver` writes into the caller's buffer (the driver keeps one of `BUF_BYTES`,
+//! reused for every packet), as the endpoints' own does.
 
 use multihome_proto::endpoint::{Client, Server};
 use multihome_proto::path::PathId;
@@ -55,22 +54,6 @@ pub trait Core {
     fn close(&mut self);
 }
 
-/// Adapts a `Vec`-returning `poll_deliver` to the caller's-buffer one: copies each packet
-/// into `buf`, dropping (and logging, for want of the core's counter) any that is larger.
-pub fn copy_out(buf: &mut [u8], mut next: impl FnMut() -> Option<Vec<u8>>) -> Option<usize> {
-    loop {
-        let p = next()?;
-        if let Some(dst) = buf.get_mut(..p.len()) {
-            dst.copy_from_slice(&p);
-            return Some(p.len());
-        }
-        tracing::debug!(
-            len = p.len(),
-            "dropping a delivered packet larger than the buffer"
-        );
-    }
-}
-
 /// The client endpoint with what the daemon adds: link names (status) and the last
 /// established state (the log says when it changes).
 pub struct ClientCore {
@@ -109,7 +92,7 @@ impl Core for ClientCore {
     }
 
     fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize> {
-        copy_out(buf, || self.client.poll_deliver())
+        self.client.poll_deliver(buf)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -161,7 +144,7 @@ impl Core for Server {
     }
 
     fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize> {
-        copy_out(buf, || Server::poll_deliver(self))
+        Server::poll_deliver(self, buf)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

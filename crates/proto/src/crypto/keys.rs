@@ -1,7 +1,7 @@
 //! Static X25519 keys, their base64 text form, and the session identity (GUID).
 //!
 //! The session identity is BLAKE2s-256 of the client's static public key, truncated to
-//! 16 bytes: the GUID of seed 003 (MobilityFirst), a name that does not depend on any
+//! 16 bytes: the GUID of MobilityFirst, a name that does not depend on any
 //! address, so a session survives every change of the client's addresses.
 
 use super::CryptoError;

@@ -7,6 +7,7 @@
 //! cipher's message budget (`Keypair::worn`). If every path has been down for twice the
 //! detection time the client re-handshakes too, which recovers from a server restart.
 
+use super::datagram::Datagram;
 use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
 use crate::crypto::{
     CipherSet, CryptoError, Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH,
@@ -14,8 +15,8 @@ use crate::crypto::{
 };
 use crate::path::{PathId, PathState};
 use crate::policy::Classifier;
-use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
-use crate::wire::{outer, MessageType, OuterPacket, HANDSHAKE_INIT_LEN};
+use crate::session::{Event, Keypair, Session, SessionConfig, Side, Transmit};
+use crate::wire::{outer, OuterPacket, HANDSHAKE_INIT_LEN};
 use crate::Instant;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -83,7 +84,7 @@ impl Client {
     /// handshakes as soon as it has a link and `handle_timeout` runs.
     pub fn with_rng_seed(cfg: ClientConfig, seed: [u8; 32]) -> Self {
         let id = cfg.local_key.public_key().session_id();
-        let session = Session::new(id, cfg.session);
+        let session = Session::new(id, cfg.session, Side::Client);
         Client {
             cfg,
             session,
@@ -160,26 +161,16 @@ impl Client {
         from: SocketAddr,
         buf: &mut [u8],
     ) {
-        let kind = match OuterPacket::new_checked(&buf[..]) {
-            Ok(p) => p.kind(),
-            Err(_) => {
-                self.counters.rx_garbage += 1;
-                return;
+        match Datagram::parse(buf) {
+            Ok(Datagram::Resp(p)) => self.handle_response(now, link, &p),
+            Ok(Datagram::Data(d)) => {
+                self.session.handle_datagram(now, from, d);
             }
-        };
-        match kind {
-            MessageType::HandshakeResp => self.handle_response(now, link, buf),
-            MessageType::Data => {
-                self.session.handle_data(now, from, buf, false);
-            }
-            MessageType::HandshakeInit => self.counters.rx_garbage += 1,
+            Ok(Datagram::Init(_)) | Err(_) => self.counters.rx_garbage += 1,
         }
     }
 
-    fn handle_response(&mut self, now: Instant, link: PathId, buf: &[u8]) {
-        let Ok(p) = OuterPacket::new_checked(buf) else {
-            return;
-        };
+    fn handle_response(&mut self, now: Instant, link: PathId, p: &OuterPacket<&mut [u8]>) {
         let matches = self
             .pending
             .as_ref()
@@ -216,7 +207,7 @@ impl Client {
 
     fn reset_session(&mut self, now: Instant) {
         let id = self.cfg.local_key.public_key().session_id();
-        self.session = Session::new(id, self.cfg.session);
+        self.session = Session::new(id, self.cfg.session, Side::Client);
         for l in &self.links {
             self.session.ensure_path(now, l.id, l.remote);
             self.session.set_path_available(now, l.id, l.available);
@@ -318,9 +309,9 @@ impl Client {
         self.session.poll_transmit(now, buf)
     }
 
-    /// Next IP packet for the TUN device.
-    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
-        self.session.poll_deliver()
+    /// Copies the next IP packet for the TUN device into `buf`; returns its length.
+    pub fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.session.poll_deliver(buf)
     }
 
     /// Next event.

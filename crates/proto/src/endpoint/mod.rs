@@ -7,9 +7,11 @@
 //! a counter; it never creates, changes or removes a session.
 
 mod client;
+mod datagram;
 mod server;
 
 pub use client::{Client, ClientConfig, LinkInfo};
+pub use datagram::Datagram;
 pub use server::{PeerConfig, PeerStatus, Server, ServerConfig};
 
 use core::time::Duration;

@@ -19,6 +19,7 @@
 
 mod index;
 
+use super::datagram::Datagram;
 use super::EndpointCounters;
 use crate::crypto::{
     CipherSet, CryptoError, PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH,
@@ -26,8 +27,8 @@ use crate::crypto::{
 };
 use crate::path::PathId;
 use crate::policy::Policy;
-use crate::session::{Event, Keypair, Session, SessionConfig, Transmit};
-use crate::wire::{outer, MessageType, OuterPacket, HANDSHAKE_RESP_LEN};
+use crate::session::{Event, Keypair, SealedData, Session, SessionConfig, Side, Transmit};
+use crate::wire::{outer, OuterPacket, HANDSHAKE_RESP_LEN};
 use crate::Instant;
 use index::{PeerSet, Routes, Timers};
 use ipnet::IpNet;
@@ -166,36 +167,29 @@ impl Server {
 
     /// A datagram received from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
-        let (kind, index) = match OuterPacket::new_checked(&buf[..]) {
-            Ok(p) => (p.kind(), p.index()),
-            Err(_) => {
-                self.counters.rx_garbage += 1;
-                return;
-            }
-        };
-        match kind {
-            MessageType::HandshakeInit => self.handle_init(now, from, buf),
-            MessageType::HandshakeResp => self.counters.rx_garbage += 1,
-            MessageType::Data => {
-                let Some(&pi) = self.by_index.get(&index) else {
-                    self.counters.rx_unknown_index += 1;
-                    return;
-                };
-                if let Some(s) = self.peers[pi].session.as_mut() {
-                    s.handle_data(now, from, buf, true);
-                    while let Some(e) = s.poll_event() {
-                        self.events.push_back((pi, e));
-                    }
-                    self.touched(pi);
-                }
-            }
+        match Datagram::parse(buf) {
+            Ok(Datagram::Init(p)) => self.handle_init(now, from, &p),
+            Ok(Datagram::Data(d)) => self.route_data(now, from, d),
+            Ok(Datagram::Resp(_)) | Err(_) => self.counters.rx_garbage += 1,
         }
     }
 
-    fn handle_init(&mut self, now: Instant, from: SocketAddr, buf: &[u8]) {
-        let Ok(p) = OuterPacket::new_checked(buf) else {
+    /// A data datagram goes to the session of its receiver index.
+    fn route_data(&mut self, now: Instant, from: SocketAddr, d: SealedData<'_>) {
+        let Some(&pi) = self.by_index.get(&d.receiver_index) else {
+            self.counters.rx_unknown_index += 1;
             return;
         };
+        if let Some(s) = self.peers[pi].session.as_mut() {
+            s.handle_datagram(now, from, d);
+            while let Some(e) = s.poll_event() {
+                self.events.push_back((pi, e));
+            }
+            self.touched(pi);
+        }
+    }
+
+    fn handle_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) {
         let mut seed = [0u8; 32];
         self.rng.fill_bytes(&mut seed);
         let resp = match Responder::read_init(&self.cfg.local_key, seed, p.noise()) {
@@ -247,7 +241,11 @@ impl Server {
         match peer.session.as_mut() {
             Some(s) if !new_session => s.keys.install_next(kp),
             _ => {
-                let mut s = Session::new(peer.cfg.public_key.session_id(), self.cfg.session);
+                let mut s = Session::new(
+                    peer.cfg.public_key.session_id(),
+                    self.cfg.session,
+                    Side::Server,
+                );
                 s.keys.install_current(kp);
                 peer.session = Some(s);
             }
@@ -359,19 +357,20 @@ impl Server {
         None
     }
 
-    /// Next IP packet for the TUN device (sources checked against `allowed_ips`).
-    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+    /// Copies the next IP packet for the TUN device into `buf` and returns its length
+    /// (sources checked against `allowed_ips`).
+    pub fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize> {
         let n = self.peers.len();
         while let Some(i) = self.rx_ready.next_from(self.next_rx_peer) {
             let peer = &mut self.peers[i];
             if let Some(s) = peer.session.as_mut() {
-                while let Some(pkt) = s.poll_deliver() {
-                    let src_ok = crate::policy::parse_flow(&pkt).is_some_and(|(k, _)| {
+                while let Some(len) = s.poll_deliver(buf) {
+                    let src_ok = crate::policy::parse_flow(&buf[..len]).is_some_and(|(k, _)| {
                         peer.cfg.allowed_ips.iter().any(|n| n.contains(&k.src))
                     });
                     if src_ok {
                         self.next_rx_peer = (i + 1) % n;
-                        return Some(pkt);
+                        return Some(len);
                     }
                     self.counters.rx_spoofed += 1;
                 }

@@ -1,4 +1,4 @@
-//! Rate control of one path (seed 004's rate-based transmission, with BBR's gain cycle):
+//! Rate control of one path (R-MTP's rate-based transmission, with BBR's gain cycle):
 //! how fast the path may send (`pacing_rate`) and how much it may have in flight (`cwnd`).
 //!
 //! The rate is the bottleneck bandwidth estimate (windowed maximum of delivery-rate
@@ -14,11 +14,11 @@
 //!   that had no queue to drain, and found a rate rise only once per eight rounds — too
 //!   slow for Wi-Fi and cellular links whose rate changes every few hundred ms;
 //! - **packet pairs**: when the capacity the peer measures from back-to-back pairs
-//!   (`pair.rs`) is well above the estimate, gain 2 (seed 004's exponential increase by
+//!   (`pair.rs`) is well above the estimate, gain 2 (R-MTP's exponential increase by
 //!   packet pairs): a path that was idle or starved gets back to its capacity in a few
 //!   rounds instead of 1.25× per eight.
 //!
-//! Loss discrimination (seed 004 §"Loss discrimination"): after a loss, look at the jitter
+//! Loss discrimination (the R-MTP thesis, "Loss discrimination"): after a loss, look at the jitter
 //! of the next `JITTER_SAMPLES` forward-delay samples (q_i − q_{i−1}, the change of the
 //! queue the datagrams met, as the seed's IAT − P is for a rate-based sender). A queue
 //! that shrinks right after the loss means the loss was a queue overflow: congestion →

@@ -3,7 +3,7 @@
 //! Why: the RTT mixes both directions. When the reverse direction of a link is loaded (a
 //! bidirectional transfer, or a download while we upload), the ACKs about our data queue
 //! behind the peer's data, the RTT rises, and a sender that reads the RTT as "my queue"
-//! slows down on a link it is not filling. Seed 004 measures queueing one way for the same
+//! slows down on a link it is not filling. The R-MTP thesis measures queueing one way for the same
 //! reason. Every datagram carries its sender's clock (`send_time_us`), so the datagram
 //! that brings an ACK tells when the peer received the acknowledged datagram, in the peer's
 //! clock: `send_time_us − ack_delay_us`. Our send time of that datagram is known, so

@@ -1,10 +1,10 @@
 //! Pacing of one path: a token bucket refilled at the path's pacing rate, so datagrams
 //! leave at the rate the link can carry instead of in window-sized bursts that would fill
-//! its queue (seed 004's rate-based transmission: one datagram per period P).
+//! its queue (R-MTP's rate-based transmission: one datagram per period P).
 //!
 //! Every `PAIR_EVERY`-th data datagram is followed by one sent back to back (it may leave
 //! before its tokens are there; the bucket goes into debt): the pair's spacing at the
-//! receiver measures the bottleneck capacity (seed 004's packet pairs, "once every 5
+//! receiver measures the bottleneck capacity (R-MTP's packet pairs, "once every 5
 //! packets").
 //!
 //! Invariants: tokens never exceed the burst allowance, so an idle path cannot save up

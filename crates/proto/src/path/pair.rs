@@ -1,7 +1,7 @@
-//! Receiver side of packet-pair probing (seed 004): two datagrams that left the sender
+//! Receiver side of packet-pair probing (the R-MTP thesis): two datagrams that left the sender
 //! back to back (consecutive `path_seq`, same send timestamp) arrive spaced by the time
 //! the bottleneck took to serialize the second one, so `len / spacing` is the bottleneck
-//! capacity. The spacing is smoothed as seed 004's period:
+//! capacity. The spacing is smoothed as R-MTP's period:
 //!
 //! `P(n+1) = (1 − α)·P(n) + α·(1 + β·rnd)·MeasuredPeriod`, α = 1/8, β = 0.1,
 //!

@@ -69,7 +69,7 @@ impl Order {
 /// predecessors) kept.
 pub const MAX_ENTRIES: usize = 16_384;
 
-/// Reorder metrics (seed 003 §4.3: buffer occupancy and reorder density come from these).
+/// Reorder metrics (the MobilityFirst multihoming thesis §4.3: buffer occupancy and reorder density come from these).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReorderStats {
     /// Ordered packets that had to wait.
@@ -88,7 +88,7 @@ pub struct ReorderStats {
     pub lost_skips: u64,
     /// Ordered packets that did not arrive right after the highest seen so far.
     pub displaced: u64,
-    /// Reorder density (seed 003 §4.3, RFC 5236 style): counts of the displacement
+    /// Reorder density (the MobilityFirst multihoming thesis §4.3, RFC 5236 style): counts of the displacement
     /// `seq − (highest seen + 1)` of ordered arrivals, clamped to ±16; index 16 = in order.
     pub density: [u64; 33],
 }
@@ -198,29 +198,11 @@ impl ReorderBuffer {
         order: Order,
         out: &mut VecDeque<Vec<u8>>,
     ) {
-        self.stats.inserts += 1;
-        self.stats.occupancy_sum += self.held_packets as u64;
-        let ordered = order != Order::Unordered;
-        if ordered {
-            let expected = self.highest.map_or(seq, |h| h + 1);
-            let d = (seq as i128 - expected as i128).clamp(-16, 16);
-            self.stats.density[(d + 16) as usize] += 1;
-            self.stats.displaced += u64::from(d != 0);
-        }
-        self.highest = Some(self.highest.map_or(seq, |h| h.max(seq)));
+        self.record_arrival(seq, order);
         let next = *self.next.get_or_insert(seq);
         if seq < next {
-            if ordered {
-                self.stats.late += 1;
-                // The hold gave up on this packet too early: learn by how much. A packet
-                // given up on as known lost (`skip_lost_below`) teaches the hold nothing:
-                // the hold did not decide it, and measuring its lateness from an older
-                // timeout skip pinned the hold at its 300-ms cap for seconds.
-                if let Some((t, _)) = self.last_skip.as_ref().filter(|(_, r)| r.contains(&seq)) {
-                    let lateness = now.saturating_since(*t) * EXTRA_FACTOR;
-                    self.extra = self.extra(now).max(lateness).min(EXTRA_MAX);
-                    self.extra_at = now;
-                }
+            if order != Order::Unordered {
+                self.on_late(now, seq);
             }
             out.push_back(packet);
             return;
@@ -231,46 +213,77 @@ impl ReorderBuffer {
                 Order::Session => false,
                 Order::After(pred) => self.released(pred),
             };
-        if free {
+        if !free {
+            self.hold(now, seq, packet, order);
+        } else if seq == next {
             out.push_back(packet);
-            if seq == next {
-                self.next = Some(seq + 1);
-                self.drain(now, out);
-            } else {
-                // A marker, so the in-order point passes this slot; it also times the gap
-                // before it, which bounds how long markers stay.
-                self.entries.insert(
-                    seq,
-                    Entry {
-                        packet: None,
-                        arrival: now,
-                    },
-                );
-                self.gap_since.get_or_insert(now);
-                self.wake(seq, out);
-            }
+            self.next = Some(seq + 1);
+            self.drain(now, out);
         } else {
-            self.held_bytes += packet.len();
-            self.held_packets += 1;
-            self.stats.held += 1;
-            self.stats.max_held = self.stats.max_held.max(self.held_packets as u64);
+            out.push_back(packet);
+            // A marker, so the in-order point passes this slot; it also times the gap
+            // before it, which bounds how long markers stay.
             self.entries.insert(
                 seq,
                 Entry {
-                    packet: Some(packet),
+                    packet: None,
                     arrival: now,
                 },
             );
-            if let Order::After(pred) = order {
-                self.waiters.insert(pred, seq);
-            }
             self.gap_since.get_or_insert(now);
+            self.wake(seq, out);
         }
         while self.held_bytes > self.max_bytes
             || self.entries.len() + self.waiters.len() > MAX_ENTRIES
         {
             self.skip_gap(now, out);
         }
+    }
+
+    /// Metrics of an arrival (occupancy, reorder density) and the highest `seq` seen.
+    fn record_arrival(&mut self, seq: u64, order: Order) {
+        self.stats.inserts += 1;
+        self.stats.occupancy_sum += self.held_packets as u64;
+        if order != Order::Unordered {
+            let expected = self.highest.map_or(seq, |h| h + 1);
+            let d = (seq as i128 - expected as i128).clamp(-16, 16);
+            self.stats.density[(d + 16) as usize] += 1;
+            self.stats.displaced += u64::from(d != 0);
+        }
+        self.highest = Some(self.highest.map_or(seq, |h| h.max(seq)));
+    }
+
+    /// An ordered packet arrived behind the in-order point: counted late.
+    fn on_late(&mut self, now: Instant, seq: u64) {
+        self.stats.late += 1;
+        // The hold gave up on this packet too early: learn by how much. A packet given up
+        // on as known lost (`skip_lost_below`) teaches the hold nothing: the hold did not
+        // decide it, and measuring its lateness from an older timeout skip pinned the hold
+        // at its 300-ms cap for seconds.
+        if let Some((t, _)) = self.last_skip.as_ref().filter(|(_, r)| r.contains(&seq)) {
+            let lateness = now.saturating_since(*t) * EXTRA_FACTOR;
+            self.extra = self.extra(now).max(lateness).min(EXTRA_MAX);
+            self.extra_at = now;
+        }
+    }
+
+    /// Keeps a packet until what it waits for has left (or the hold gives up).
+    fn hold(&mut self, now: Instant, seq: u64, packet: Vec<u8>, order: Order) {
+        self.held_bytes += packet.len();
+        self.held_packets += 1;
+        self.stats.held += 1;
+        self.stats.max_held = self.stats.max_held.max(self.held_packets as u64);
+        self.entries.insert(
+            seq,
+            Entry {
+                packet: Some(packet),
+                arrival: now,
+            },
+        );
+        if let Order::After(pred) = order {
+            self.waiters.insert(pred, seq);
+        }
+        self.gap_since.get_or_insert(now);
     }
 
     /// Whether packet `seq` has left: behind the in-order point, or a marker ahead of it.

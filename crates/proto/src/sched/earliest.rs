@@ -1,13 +1,13 @@
 //! `earliest`: send each packet on the path where it is expected to *arrive* first — the
-//! out-of-order striping of seed 003 §3.5 (ECF / OSIA in the literature) — among the paths
+//! out-of-order striping of the MobilityFirst multihoming thesis §3.5 (ECF / OSIA in the literature) — among the paths
 //! that may send now. Because arrival order then follows send order across paths, the
 //! receiver sees packets nearly in order.
 //!
 //! A path may send now when it has window and its pacer lets a datagram go (`ready_at`):
 //! the pacing rate is the path's estimated bandwidth times its probing gain, so a path
-//! takes new packets only as fast as it delivers them — the backpressure of seed 003 (a
+//! takes new packets only as fast as it delivers them — MobilityFirst's backpressure (a
 //! link takes packets while fewer than H are pending; here H is one pacing interval's
-//! worth, far below seed 003's H_min = ⌈T_up_max / T_d_min⌉, because the pacer already
+//! worth, far below MobilityFirst's H_min = ⌈T_up_max / T_d_min⌉, because the pacer already
 //! knows the rate the threshold stands for). Expected arrival on path p for `len` bytes:
 //! `min_rtt_p / 2 + fwd_queue_p + len / rate_p + loss_p · 1 s` (one-way delay with the
 //! path's current forward queue — not srtt/2, which carries the reverse direction's queue
@@ -121,7 +121,7 @@ mod tests {
     }
 
     /// Losses the rate controller judged congestion (an overshoot that overflowed the
-    /// link's queue) do not push a path away; transmission errors do (seed 004: a clean
+    /// link's queue) do not push a path away; transmission errors do (the R-MTP thesis: a clean
     /// slow link beats a lossy fast one for TCP).
     #[test]
     fn only_transmission_errors_are_charged_as_delay() {

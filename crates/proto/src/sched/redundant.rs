@@ -1,5 +1,5 @@
 //! `redundant`: every packet on k paths at once; the receiver keeps the first copy
-//! (seed 001, SMesh). The k lowest-RTT usable paths are used, so the copy most likely to
+//! (SMesh). The k lowest-RTT usable paths are used, so the copy most likely to
 //! arrive first always goes out; with fewer usable paths than k, all usable ones.
 //!
 //! Adaptive extra copies: if the measured loss of the chosen paths leaves a residual loss

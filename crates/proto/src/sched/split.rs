@@ -1,4 +1,4 @@
-//! Does a second path pay for this flow? (seed 003 §4.3.3: small flows, and flows over
+//! Does a second path pay for this flow? (the MobilityFirst multihoming thesis §4.3.3: small flows, and flows over
 //! paths of very different rates, finish sooner on the best path alone.)
 //!
 //! For the primary path p (lowest one-way delay, queueing included) and another path q,

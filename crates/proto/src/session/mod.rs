@@ -3,8 +3,10 @@
 //! A session owns the paths, the keyring, the session-wide data sequence numbers, the
 //! de-duplication window, the reorder buffer, the schedulers of the three policies and the
 //! bounded queues between them. The endpoint (client or server) does handshakes and finds
-//! the session; then it calls `handle_data` for each authenticated-looking datagram and
-//! `send_packet` for each IP packet, and pulls datagrams with `poll_transmit`.
+//! the session; then it calls `handle_datagram` for each data datagram routed to it
+//! (`recv.rs`, the receive path) and `send_packet` for each IP packet (`schedule.rs`), and
+//! pulls datagrams with `poll_transmit` (`transmit.rs`, the send path) and packets with
+//! `poll_deliver`.
 //!
 //! Invariants:
 //! - nothing in a datagram changes state before its tag verified and its counter passed the
@@ -17,28 +19,27 @@
 mod delay;
 mod hold;
 mod holes;
-mod inbound;
 mod keyring;
+mod recv;
 mod reinject;
 mod schedule;
 mod transmit;
 
 pub use keyring::{Keypair, Keyring, Slot};
+pub use recv::SealedData;
 pub use transmit::Transmit;
 
 use crate::codel::{CodelQueue, QueueDrops};
 use crate::crypto::SessionId;
 use crate::header_compress::{Compressor, Decompressor};
-use crate::path::{Path, PathConfig, PathId, PathState, Received};
+use crate::path::{Path, PathConfig, PathId, PathState};
 use crate::policy::{FlowTable, Policy};
 use crate::reorder::{ReorderBuffer, ReorderStats};
 use crate::replay::ReplayWindow;
 use crate::sched::split::FlowMeter;
 use crate::sched::{BestPath, EarliestArrival, Redundant, Scheduler, Weighted};
-use crate::wire::{Frame, FrameReader, InnerHeader, OuterPacket};
 use crate::Instant;
 use core::time::Duration;
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use transmit::Job;
@@ -93,6 +94,16 @@ impl Default for SessionConfig {
     }
 }
 
+/// Which end of the session this is: what the receive path may do on the peer's word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client: its paths are its links, which the endpoint adds.
+    Client,
+    /// The server: a path appears when the client first uses it and follows the client's
+    /// address (roaming); downstream flows take the policy the client's packets carry.
+    Server,
+}
+
 /// Something the driver may want to log or show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -133,12 +144,15 @@ pub struct SessionCounters {
     pub repaired: u64,
     /// Small striped packets sent in the datagram of the packet before them.
     pub tx_riders: u64,
+    /// IP packets dropped because the caller's delivery buffer was too small for them.
+    pub rx_oversize: u64,
 }
 
 /// One session.
 pub struct Session {
     id: SessionId,
     cfg: SessionConfig,
+    side: Side,
     /// Keypairs.
     pub keys: Keyring,
     paths: Vec<PathSlot>,
@@ -146,6 +160,8 @@ pub struct Session {
     dedupe: ReplayWindow,
     reorder: ReorderBuffer,
     deliver: VecDeque<Vec<u8>>,
+    /// Buffers of delivered packets, reused for the next payloads (`recv.rs`).
+    spare: Vec<Vec<u8>>,
     jobs: VecDeque<Job>,
     agg_queue: CodelQueue,
     best: BestPath,
@@ -184,7 +200,7 @@ fn find_slot(paths: &mut [PathSlot], id: PathId) -> Option<&mut PathSlot> {
 
 impl Session {
     /// A session without keys or paths yet.
-    pub fn new(id: SessionId, cfg: SessionConfig) -> Self {
+    pub fn new(id: SessionId, cfg: SessionConfig, side: Side) -> Self {
         let aggregate: Box<dyn Scheduler> = match cfg.aggregate {
             AggregateScheduler::Earliest => Box::new(EarliestArrival::new()),
             AggregateScheduler::Weighted => Box::new(Weighted::new()),
@@ -192,12 +208,14 @@ impl Session {
         Session {
             id,
             cfg,
+            side,
             keys: Keyring::default(),
             paths: Vec::new(),
             next_data_seq: 0,
             dedupe: ReplayWindow::new(),
             reorder: ReorderBuffer::new(cfg.reorder_max_bytes),
             deliver: VecDeque::new(),
+            spare: Vec::new(),
             jobs: VecDeque::new(),
             agg_queue: CodelQueue::new(cfg.queue_max_bytes),
             best: BestPath::new(cfg.failback_hold),
@@ -310,170 +328,6 @@ impl Session {
         self.flows.lookup(packet)
     }
 
-    /// Processes a data datagram whose receiver index matched this session.
-    /// `datagram` is decrypted in place. Returns false if it was refused.
-    pub fn handle_data(
-        &mut self,
-        now: Instant,
-        from: SocketAddr,
-        datagram: &mut [u8],
-        create_paths: bool,
-    ) -> bool {
-        let Ok(pkt) = OuterPacket::new_checked(&mut *datagram) else {
-            self.counters.rx_malformed += 1;
-            return false;
-        };
-        let (index, counter, path_id) = (pkt.index(), pkt.counter(), PathId(pkt.path()));
-        let len = datagram.len();
-        let (aad, sealed) = datagram.split_at_mut(crate::wire::DATA_HEADER_LEN);
-        let Some((slot, kp)) = self.keys.find(index) else {
-            self.counters.rx_unauthenticated += 1;
-            return false;
-        };
-        if !kp.replay.would_accept(counter) {
-            self.counters.rx_replayed += 1;
-            return false;
-        }
-        let Ok(plain_len) = kp.open.open(counter, aad, sealed) else {
-            self.counters.rx_unauthenticated += 1;
-            return false;
-        };
-        if !kp.replay.check_and_set(counter) {
-            self.counters.rx_replayed += 1;
-            return false;
-        }
-        if slot == Slot::Next {
-            self.keys.promote_next();
-        }
-        self.last_rx = Some(now);
-        self.process_plaintext(now, from, path_id, &sealed[..plain_len], len, create_paths);
-        true
-    }
-
-    fn process_plaintext(
-        &mut self,
-        now: Instant,
-        from: SocketAddr,
-        path_id: PathId,
-        plain: &[u8],
-        datagram_len: usize,
-        create_paths: bool,
-    ) {
-        let Ok((hdr, frames)) = InnerHeader::parse(plain) else {
-            self.counters.rx_malformed += 1;
-            return;
-        };
-        if self.slot_mut(path_id).is_none() {
-            // Path ids are link indices (< MAX_PATHS); more would overflow the schedulers'
-            // fixed path sets, so an authenticated peer cannot make us hold more.
-            if !create_paths || usize::from(path_id.0) >= crate::sched::MAX_PATHS {
-                self.counters.rx_malformed += 1;
-                return;
-            }
-            self.ensure_path(now, path_id, from);
-        } else if create_paths {
-            // Server side: follow the client to its new address (roaming).
-            let moved = self
-                .slot_mut(path_id)
-                .is_some_and(|s| s.path.set_remote(from));
-            if moved {
-                self.events.push_back(Event::PathRoamed(path_id, from));
-            }
-        }
-        self.delay.on_datagram(now, path_id, hdr.send_time_us);
-        self.holes.on_datagram(path_id, None);
-        let mut ping = false;
-        let mut eliciting = false;
-        let mut acked = false;
-        for frame in FrameReader::new(frames) {
-            match frame {
-                Ok(Frame::Data(d) | Frame::DataDefine(_, d)) => {
-                    eliciting = true;
-                    // A defining packet travels whole and also sets its context up.
-                    if let Ok(Frame::DataDefine(ctx, _)) = frame {
-                        self.decompressor.define(ctx, d.payload);
-                    }
-                    self.accept_data(
-                        now,
-                        create_paths,
-                        path_id,
-                        (d.data_seq, d.flags, d.pred_gap),
-                        Cow::Borrowed(d.payload),
-                    );
-                }
-                Ok(Frame::DataCompressed(c)) => {
-                    eliciting = true;
-                    match self.decompressor.decompress(c.ctx, c.body) {
-                        Ok(p) => self.accept_data(
-                            now,
-                            create_paths,
-                            path_id,
-                            (c.data_seq, c.flags, c.pred_gap),
-                            Cow::Owned(p),
-                        ),
-                        Err(_) => self.counters.rx_decompress_errors += 1,
-                    }
-                }
-                Ok(Frame::Ack(a)) => {
-                    if let Some(s) = find_slot(&mut self.paths, PathId(a.path)) {
-                        let before = s.path.state();
-                        // The peer received the acknowledged datagram ack_delay before
-                        // it sealed this one: its clock, for one-way delay and rates.
-                        let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
-                        s.path.on_ack(now, &a, peer_receive);
-                        s.in_flight.on_ack(a.largest);
-                        if s.path.state() != before {
-                            let st = s.path.state();
-                            self.events.push_back(Event::PathState(PathId(a.path), st));
-                        }
-                        acked = true;
-                    }
-                }
-                Ok(Frame::Ping) => {
-                    ping = true;
-                    eliciting = true;
-                }
-                Ok(Frame::Close) => self.events.push_back(Event::Closed),
-                Ok(Frame::Nack(n)) => self.on_nack(n),
-                Ok(Frame::Pair(p)) => {
-                    if let Some(s) = find_slot(&mut self.paths, PathId(p.path)) {
-                        s.path.on_pair_report(p.capacity_kbps);
-                    }
-                }
-                Err(_) => {
-                    self.counters.rx_malformed += 1;
-                    break;
-                }
-            }
-        }
-        if acked {
-            // RTTs only change with feedback: CoDel's interval follows them here.
-            self.agg_queue.set_interval(self.codel_interval());
-            let ramping = self
-                .paths
-                .iter()
-                .any(|s| s.path.state() != PathState::Down && s.path.in_startup());
-            self.agg_queue.set_ramping(ramping);
-        }
-        if let Some(s) = self.slot_mut(path_id) {
-            s.path.on_received(
-                now,
-                Received {
-                    path_seq: hdr.path_seq,
-                    send_time_us: hdr.send_time_us,
-                    bytes: datagram_len,
-                    eliciting,
-                    ping,
-                },
-            );
-        }
-    }
-
-    /// Next IP packet for the local side.
-    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
-        self.deliver.pop_front()
-    }
-
     /// Next event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -530,6 +384,7 @@ impl Session {
             self.reorder.on_timeout(now, hold, &mut self.deliver);
         }
         self.keys.expire_previous(now, Duration::from_secs(30));
+        self.release_idle_buffers(now);
     }
 
     /// Queues a CLOSE on every path (the driver then drains `poll_transmit`).

@@ -8,8 +8,8 @@
 
 use super::Session;
 use crate::crypto::TAG_LEN;
-use crate::header_compress::Encoding;
-use crate::path::{PathId, SentKind};
+use crate::header_compress::{self, Encoding};
+use crate::path::{Path, PathId, SentKind};
 use crate::policy::parse_flow;
 use crate::wire::{
     outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame, OrderMode,
@@ -90,175 +90,198 @@ impl Session {
         !self.jobs.is_empty()
     }
 
+    /// Builds `job` into a sealed datagram in `buf`: its plan, the inner header, feedback
+    /// that fits, the job's own frame (and riders), then sealing under the next counter.
     fn build(&mut self, now: Instant, job: &Job, buf: &mut [u8]) -> Option<Transmit> {
         // Riders of a datagram that failed to build are lost with it.
         self.riders.clear();
-        // Bytes of frames a datagram holds after its inner header.
-        let frames_room = self
-            .cfg
-            .max_datagram
-            .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN);
-        // Small striped packets queued right behind this one ride along (`RIDER_MAX`). Then
-        // this one goes plain, first: a compressed frame runs to the end of the datagram,
-        // and the receiver should meet the packets in their order. Only if the first of
-        // them fits beside it sent plain: a full-size packet would otherwise lose its
-        // compression (29 bytes) for no rider at all.
-        let riding = match job {
-            Job::Data { flags, packet, .. } if flags.ordered() && self.reinject.is_empty() => {
-                let plain = DataFrame::header_len(*flags) + packet.len();
-                self.agg_queue.head(now).is_some_and(|next| {
-                    next.len() <= RIDER_MAX
-                        && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
-                })
-            }
-            _ => false,
-        };
-        let encoding = match job {
-            Job::Data { packet, .. } if self.cfg.header_compression && !riding => {
-                self.compressor.encode(now, packet)
-            }
-            _ => Encoding::Plain,
-        };
-        // The packet's frame and its length. A packet that fills the datagram has no room
-        // for its predecessor's distance: it is then ordered after every earlier packet,
-        // which is never wrong, only slower.
-        let (order, frame_len) = match job {
-            Job::Data {
-                flags,
-                pred_gap,
-                packet,
-                ..
-            } => {
-                let len = encoding.frame_len(packet.len());
-                if len + flags.extra_len() <= frames_room {
-                    ((*flags, *pred_gap), len + flags.extra_len())
-                } else {
-                    ((flags.with_order(OrderMode::Session), 0), len)
-                }
-            }
-            _ => ((DataFlags::default(), 0), 1),
-        };
-        let path_id = job.path();
-        let idx = self.paths.iter().position(|s| s.path.id() == path_id)?;
-        let kp = self.keys.current.as_mut()?;
-        let slot = &mut self.paths[idx];
+        let frames_room = self.frames_room();
+        let plan = self.plan(now, job, frames_room);
+        let idx = self.paths.iter().position(|s| s.path.id() == job.path())?;
+        self.keys.current.as_ref()?;
         if matches!(job, Job::Ping { .. }) {
-            slot.ping_queued = false;
+            self.paths[idx].ping_queued = false;
         }
         let body_end = buf.len().checked_sub(TAG_LEN)?;
         let body = buf.get_mut(DATA_HEADER_LEN..body_end)?;
         let mut w = FrameWriter::new(body);
-        // Inner header first; its path_seq is filled in below once the size is known.
+        // Inner header first; its path_seq is filled in when sealing, once the size is known.
         w.inner_header(InnerHeader {
             path_seq: 0,
             send_time_us: 0,
         })
         .ok()?;
-        // Feedback rides along only where it fits under the datagram bound: a full-size
-        // packet leaves without it, and the ACK goes in a datagram of its own when due.
-        let room = frames_room.saturating_sub(frame_len);
-        // A pending NACK travels with the ACK and before it: the peer must see which
-        // datagrams were lost before the ACK makes it forget everything below `largest`.
-        let nack_len = if slot.path.has_nack() {
-            NackFrame::LEN
-        } else {
-            0
-        };
-        let ack = if room >= AckFrame::LEN + nack_len {
-            slot.path.take_ack(now, true)
-        } else {
-            None
-        };
-        if let Some(a) = &ack {
-            if let Some(n) = slot.path.take_nack() {
-                w.nack(&n).ok()?;
-            }
-            w.ack(a).ok()?;
-            // Packet-pair reports ride with ACKs (6 bytes, only when the estimate moved).
-            if room >= AckFrame::LEN + nack_len + PairFrame::LEN {
-                if let Some(p) = slot.path.take_pair_report() {
-                    w.pair(&p).ok()?;
-                }
-            }
-        }
+        let room = frames_room.saturating_sub(plan.frame_len);
+        let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
         match job {
-            Job::Data { seq, packet, .. } => {
-                let (flags, pred_gap) = order;
-                let frame = DataFrame {
-                    data_seq: *seq,
-                    flags,
-                    pred_gap,
-                    payload: packet,
-                };
-                let written = match encoding {
-                    Encoding::Plain => w.data(&frame),
-                    Encoding::Define(ctx) => w.data_define(ctx, &frame),
-                    Encoding::Compressed { ctx, header_len } => {
-                        w.data_compressed_packet(*seq, flags, pred_gap, ctx, packet, header_len)
-                    }
-                };
-                if written.is_err() {
-                    self.counters.queue_drops += 1;
-                    return None;
-                }
-                if matches!(encoding, Encoding::Compressed { .. }) {
-                    self.counters.tx_compressed += 1;
-                }
-                if riding {
-                    let limit = self.cfg.max_datagram - DATA_HEADER_LEN - TAG_LEN;
-                    while self.riders.len() < MAX_RIDERS {
-                        let Some(next) = self.agg_queue.head(now) else {
-                            break;
-                        };
-                        // Room for the largest header a rider may need (with a gap).
-                        if next.len() > RIDER_MAX
-                            || w.len() + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() > limit
-                        {
-                            break;
-                        }
-                        // Its flow orders it, but its bytes do not count for the split
-                        // rule (`FlowMeter::record`): acknowledgements need no second path.
-                        let flow = parse_flow(next).map(|(k, _)| k);
-                        let Some(r) = super::schedule::take_striped(
-                            &mut self.agg_queue,
-                            &mut self.flow_meter,
-                            &mut self.next_data_seq,
-                            now,
-                            flow,
-                            false,
-                            self.cfg.flow_order,
-                        ) else {
-                            break;
-                        };
-                        let frame = DataFrame {
-                            data_seq: r.seq,
-                            flags: r.flags,
-                            pred_gap: r.pred_gap,
-                            payload: &r.packet,
-                        };
-                        // Cannot fail: the room was checked above.
-                        if w.data(&frame).is_err() {
-                            self.counters.queue_drops += 1;
-                            break;
-                        }
-                        self.counters.tx_riders += 1;
-                        self.riders.push(r);
-                    }
-                }
-            }
-            Job::Ack { .. } if ack.is_none() => return None,
+            Job::Data { seq, packet, .. } => self.write_data(now, &mut w, *seq, packet, &plan)?,
+            Job::Ack { .. } if !acked => return None,
             Job::Ack { .. } => {}
             Job::Ping { .. } => w.ping().ok()?,
             Job::Close { .. } => w.close().ok()?,
         }
         let plain_len = w.len();
+        self.seal(now, job, idx, plan.order, buf, plain_len)
+    }
+
+    /// Bytes of frames a datagram holds after its inner header.
+    fn frames_room(&self) -> usize {
+        self.cfg
+            .max_datagram
+            .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN)
+    }
+
+    /// Decides how `job`'s packet travels: with riders or not, compressed or not, with its
+    /// predecessor's distance or not.
+    fn plan(&mut self, now: Instant, job: &Job, frames_room: usize) -> Plan {
+        let Job::Data {
+            flags,
+            pred_gap,
+            packet,
+            ..
+        } = job
+        else {
+            return Plan {
+                riding: false,
+                encoding: Encoding::Plain,
+                order: (DataFlags::default(), 0),
+                frame_len: 1,
+            };
+        };
+        // Small striped packets queued right behind this one ride along (`RIDER_MAX`). Then
+        // this one goes plain, first: a compressed frame runs to the end of the datagram,
+        // and the receiver should meet the packets in their order. Only if the first of
+        // them fits beside it sent plain: a full-size packet would otherwise lose its
+        // compression (29 bytes) for no rider at all.
+        let riding = flags.ordered() && self.reinject.is_empty() && {
+            let plain = DataFrame::header_len(*flags) + packet.len();
+            self.agg_queue.head(now).is_some_and(|next| {
+                next.len() <= RIDER_MAX
+                    && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
+            })
+        };
+        let encoding = if self.cfg.header_compression && !riding {
+            self.compressor.encode(now, packet)
+        } else {
+            Encoding::Plain
+        };
+        // A packet that fills the datagram has no room for its predecessor's distance: it
+        // is then ordered after every earlier packet, which is never wrong, only slower.
+        let len = encoding.frame_len(packet.len());
+        let (order, frame_len) = if len + flags.extra_len() <= frames_room {
+            ((*flags, *pred_gap), len + flags.extra_len())
+        } else {
+            ((flags.with_order(OrderMode::Session), 0), len)
+        };
+        Plan {
+            riding,
+            encoding,
+            order,
+            frame_len,
+        }
+    }
+
+    /// Writes a data job's frame as planned, and its riders.
+    fn write_data(
+        &mut self,
+        now: Instant,
+        w: &mut FrameWriter<'_>,
+        seq: u64,
+        packet: &[u8],
+        plan: &Plan,
+    ) -> Option<()> {
+        let (flags, pred_gap) = plan.order;
+        let frame = DataFrame {
+            data_seq: seq,
+            flags,
+            pred_gap,
+            payload: packet,
+        };
+        let written = match plan.encoding {
+            Encoding::Plain => w.data(&frame),
+            Encoding::Define(ctx) => w.data_define(ctx, &frame),
+            Encoding::Compressed { ctx, header_len } => {
+                w.data_compressed_with(seq, flags, pred_gap, ctx, |out| {
+                    header_compress::write_body(packet, header_len, out)
+                })
+            }
+        };
+        if written.is_err() {
+            self.counters.queue_drops += 1;
+            return None;
+        }
+        if matches!(plan.encoding, Encoding::Compressed { .. }) {
+            self.counters.tx_compressed += 1;
+        }
+        if plan.riding {
+            self.write_riders(now, w);
+        }
+        Some(())
+    }
+
+    /// Small striped packets queued behind the one just written, into the same datagram.
+    fn write_riders(&mut self, now: Instant, w: &mut FrameWriter<'_>) {
+        let limit = self.cfg.max_datagram - DATA_HEADER_LEN - TAG_LEN;
+        while self.riders.len() < MAX_RIDERS {
+            let Some(next) = self.agg_queue.head(now) else {
+                break;
+            };
+            // Room for the largest header a rider may need (with a gap).
+            if next.len() > RIDER_MAX
+                || w.len() + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() > limit
+            {
+                break;
+            }
+            // Its flow orders it, but its bytes do not count for the split rule
+            // (`FlowMeter::record`): acknowledgements need no second path.
+            let flow = parse_flow(next).map(|(k, _)| k);
+            let Some(r) = super::schedule::take_striped(
+                &mut self.agg_queue,
+                &mut self.flow_meter,
+                &mut self.next_data_seq,
+                now,
+                flow,
+                false,
+                self.cfg.flow_order,
+            ) else {
+                break;
+            };
+            let frame = DataFrame {
+                data_seq: r.seq,
+                flags: r.flags,
+                pred_gap: r.pred_gap,
+                payload: &r.packet,
+            };
+            // Cannot fail: the room was checked above.
+            if w.data(&frame).is_err() {
+                self.counters.queue_drops += 1;
+                break;
+            }
+            self.counters.tx_riders += 1;
+            self.riders.push(r);
+        }
+    }
+
+    /// Numbers the datagram on its path, records what it carries as in flight, fills in
+    /// the headers and seals it in place.
+    fn seal(
+        &mut self,
+        now: Instant,
+        job: &Job,
+        idx: usize,
+        order: (DataFlags, u16),
+        buf: &mut [u8],
+        plain_len: usize,
+    ) -> Option<Transmit> {
         let total = DATA_HEADER_LEN + plain_len + TAG_LEN;
+        let kp = self.keys.current.as_mut()?;
         let counter = kp.seal.next_counter().ok()?;
         let kind = match job {
             Job::Data { .. } => SentKind::Data,
             Job::Ping { .. } => SentKind::Probe,
             Job::Ack { .. } | Job::Close { .. } => SentKind::AckOnly,
         };
+        let slot = &mut self.paths[idx];
         let path_seq = slot.path.on_sent(now, total, kind);
         if let Job::Data { seq, packet, .. } = job {
             slot.in_flight.on_sent(path_seq, *seq, order, packet);
@@ -273,6 +296,7 @@ impl Session {
         }
         .emit(&mut buf[DATA_HEADER_LEN..])
         .ok()?;
+        let path_id = slot.path.id();
         outer::emit_data_header(buf, path_id.0, kp.remote_index, counter);
         let (aad, rest) = buf.split_at_mut(DATA_HEADER_LEN);
         kp.seal.seal(counter, aad, rest, plain_len).ok()?;
@@ -282,4 +306,47 @@ impl Session {
             len: total,
         })
     }
+}
+
+/// What `Session::plan` decided about a job before it is written.
+struct Plan {
+    /// Small striped packets ride behind this one, which then goes plain and first.
+    riding: bool,
+    /// How the packet's headers travel.
+    encoding: Encoding,
+    /// The flags and predecessor distance the data frame carries.
+    order: (DataFlags, u16),
+    /// Bytes of the job's own frame.
+    frame_len: usize,
+}
+
+/// Feedback rides along only where it fits under the datagram bound: a full-size packet
+/// leaves without it, and the ACK goes in a datagram of its own when due. Returns whether
+/// an ACK went in (`None` if the writer failed).
+fn write_feedback(
+    path: &mut Path,
+    w: &mut FrameWriter<'_>,
+    now: Instant,
+    room: usize,
+) -> Option<bool> {
+    // A pending NACK travels with the ACK and before it: the peer must see which
+    // datagrams were lost before the ACK makes it forget everything below `largest`.
+    let nack_len = if path.has_nack() { NackFrame::LEN } else { 0 };
+    if room < AckFrame::LEN + nack_len {
+        return Some(false);
+    }
+    let Some(ack) = path.take_ack(now, true) else {
+        return Some(false);
+    };
+    if let Some(n) = path.take_nack() {
+        w.nack(&n).ok()?;
+    }
+    w.ack(&ack).ok()?;
+    // Packet-pair reports ride with ACKs (6 bytes, only when the estimate moved).
+    if room >= AckFrame::LEN + nack_len + PairFrame::LEN {
+        if let Some(p) = path.take_pair_report() {
+            w.pair(&p).ok()?;
+        }
+    }
+    Some(true)
 }

@@ -405,18 +405,18 @@ impl<'a> FrameWriter<'a> {
         Ok(())
     }
 
-    /// Writes a compressed TCP frame for `packet`: the changing header fields
-    /// (`header_compress::write_dynamic`), then the payload after `header_len` bytes.
-    pub fn data_compressed_packet(
+    /// Writes a compressed TCP frame whose body `write_body` encodes straight into the
+    /// datagram (no copy through a scratch buffer): it gets the room left and returns the
+    /// bytes it wrote, or `None` if they did not fit. The wire layer knows only the frame's
+    /// layout; what the body holds is the header compressor's business.
+    pub fn data_compressed_with(
         &mut self,
         data_seq: u64,
         flags: DataFlags,
         pred_gap: u16,
         ctx: u8,
-        packet: &[u8],
-        header_len: usize,
+        write_body: impl FnOnce(&mut [u8]) -> Option<usize>,
     ) -> Result<(), WireError> {
-        let payload = packet.get(header_len..).ok_or(WireError::BufferTooSmall)?;
         let start = self.len;
         let written = self
             .put(&[0x07, ctx])
@@ -430,18 +430,16 @@ impl<'a> FrameWriter<'a> {
             .buf
             .get_mut(self.len..)
             .ok_or(WireError::BufferTooSmall)?;
-        match crate::header_compress::write_dynamic(packet, header_len, rest) {
-            Some(n) => self.len += n,
+        match write_body(rest) {
+            Some(n) => {
+                self.len += n;
+                Ok(())
+            }
             None => {
                 self.len = start;
-                return Err(WireError::BufferTooSmall);
+                Err(WireError::BufferTooSmall)
             }
         }
-        if self.put(payload).is_err() {
-            self.len = start;
-            return Err(WireError::BufferTooSmall);
-        }
-        Ok(())
     }
 
     /// Writes an ACK frame.

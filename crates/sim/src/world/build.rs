@@ -252,6 +252,7 @@ impl World {
             dirty: Vec::new(),
             client_dirty: vec![false; n_clients],
             pool: Vec::new(),
+            deliver_buf: vec![0u8; 65_536],
             emit_buf: Vec::new(),
             last_fire: vec![(Duration::MAX, 0); 1 + n_clients],
             counters: Default::default(),

@@ -153,6 +153,8 @@ pub struct World {
     /// Datagram buffers of `BUF_LEN` bytes, reused: the core builds each datagram into
     /// one (a malloc/free pair and a copy per datagram otherwise).
     pool: Vec<Vec<u8>>,
+    /// Where the endpoints copy each delivered IP packet (`poll_deliver`), reused.
+    deliver_buf: Vec<u8>,
     /// The apps' output list, kept between events for its allocation.
     emit_buf: Emit,
     /// Per endpoint node (server, clients): (instant, wake-ups at it), for the livelock guard.
@@ -455,14 +457,16 @@ impl World {
                 let hop = self.clients[c as usize].links[usize::from(t.path.0)].0;
                 self.send_datagram(c, UP, hop, client_addr(c, t.path.0), bytes, t.len);
             }
-            while let Some(p) = self.clients[c as usize]
+            let mut buf = std::mem::take(&mut self.deliver_buf);
+            while let Some(n) = self.clients[c as usize]
                 .ep
                 .as_mut()
-                .and_then(|ep| ep.poll_deliver())
+                .and_then(|ep| ep.poll_deliver(&mut buf))
             {
                 work = true;
-                self.deliver(Side::Client, &p);
+                self.deliver(Side::Client, &buf[..n]);
             }
+            self.deliver_buf = buf;
             let ep = self.clients[c as usize].ep.as_mut().expect("checked above");
             while ep.poll_event().is_some() {}
             if !work {
@@ -503,10 +507,12 @@ impl World {
                 let hop = self.clients[c as usize].links[usize::from(l)].1;
                 self.send_datagram(c, DOWN, hop, SocketAddr::V4(SERVER_ADDR), bytes, t.len);
             }
-            while let Some(p) = self.server.as_mut().and_then(|s| s.poll_deliver()) {
+            let mut buf = std::mem::take(&mut self.deliver_buf);
+            while let Some(n) = self.server.as_mut().and_then(|s| s.poll_deliver(&mut buf)) {
                 work = true;
-                self.deliver(Side::Origin, &p);
+                self.deliver(Side::Origin, &buf[..n]);
             }
+            self.deliver_buf = buf;
             let s = self.server.as_mut().expect("checked above");
             while s.poll_event().is_some() {}
             if !work {

@@ -120,7 +120,8 @@ pub struct TunnelCounters {
     pub reorder: [CoreReorder; 2],
 }
 
-/// Simulator-side reorder metrics of client 0 (seed 003 §4.3.1).
+/// Simulator-side reorder metrics of client 0 (Mukherjee, "Network-Assisted Multihoming",
+/// §4.3.1).
 #[derive(Debug, Clone, Serialize)]
 pub struct ReorderPair {
     /// At the server (client → server).

@@ -1,5 +1,5 @@
 //! Aggregation when links change: a link that degrades loses its share within a bounded
-//! time, and random loss on one link is not read as congestion (seed 004's loss
+//! time, and random loss on one link is not read as congestion (R-MTP's loss
 //! discrimination), so that link keeps its rate.
 
 use super::*;

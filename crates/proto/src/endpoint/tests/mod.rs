@@ -272,11 +272,11 @@ impl Pair {
         while let Some(t) = self.server.poll_transmit(self.now, &mut buf) {
             self.send(false, t.path.0, t.dst, buf[..t.len].to_vec());
         }
-        while let Some(p) = self.client.poll_deliver() {
-            self.delivered_down.push((self.now, p));
+        while let Some(n) = self.client.poll_deliver(&mut buf) {
+            self.delivered_down.push((self.now, buf[..n].to_vec()));
         }
-        while let Some(p) = self.server.poll_deliver() {
-            self.delivered_up.push((self.now, p));
+        while let Some(n) = self.server.poll_deliver(&mut buf) {
+            self.delivered_up.push((self.now, buf[..n].to_vec()));
         }
         while let Some(e) = self.client.poll_event() {
             self.client_events.push((self.now, e));

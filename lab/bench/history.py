@@ -1,0 +1,816 @@
+"""``python -m lab.bench.history``: the benchmark history log, the latest tables, the trend plot.
+
+Role: ``bench/history.jsonl`` holds one JSON line per benchmark case per run (suite, case,
+revision, date, dirty flag, source file and the case's key figures, kernel MPTCP and the
+other peers of the same run included). Each suite's newest result lives under a stable name
+with its revision inside: ``bench/results/<suite>.json`` (+ ``.png``/``.svg``), the simulator's
+``sim/results/<scenario>/`` and ``sim/results/bench/<params>.json``.
+
+Subcommands:
+
+* ``import``: build the log from every result file in ``bench/results/`` and ``sim/results/``
+  (a one-off: it rewrites the log), then, with ``--prune``, keep only the newest result of each
+  suite under its stable name and delete the older per-revision files.
+* ``append FILE...``: add one result's lines to the log (``lab/results.py`` calls this after
+  every benchmark run; run it by hand after ``multihome-sim bench`` or a simulator study, whose
+  writers are in Rust). A per-revision simulator bench file is moved to its stable name.
+* ``tables [--write]``: the markdown tables of each suite's latest run, with the revision and
+  the command that produced it; ``--write`` refreshes the generated blocks of
+  docs/EXPERIMENTS.md in place (``<!-- BEGIN GENERATED: suite -->`` ... ``<!-- END GENERATED -->``).
+* ``plot``: each suite's headline figure over revisions in commit order, docs/trend.png + .svg.
+
+Invariant: "newest" is decided by the revision's position in ``git log --topo-order`` (then by
+the run's own timestamp), never by file modification time, which a fresh clone makes arbitrary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from statistics import mean
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+LOG = REPO_ROOT / "bench" / "history.jsonl"
+BENCH_RESULTS = REPO_ROOT / "bench" / "results"
+SIM_RESULTS = REPO_ROOT / "sim" / "results"
+SIM_BENCH = SIM_RESULTS / "bench"
+DOC = REPO_ROOT / "docs" / "EXPERIMENTS.md"
+TREND = REPO_ROOT / "docs" / "trend"
+
+REV_RE = re.compile(r"[0-9a-f]{7,40}")
+PY = ".venv/bin/python"
+
+# The command that produces each suite's result (lab suites need root: sudo).
+COMMANDS = {
+    "simult-flows": f"sudo {PY} -m lab.bench simult-flows",
+    "simult-flows-weighted": f"sudo {PY} -m lab.bench simult-flows --scheduler weighted",
+    "simult-flows-partial": f"sudo {PY} -m lab.bench simult-flows --cases 0 1",
+    "overhead": f"sudo {PY} -m lab.bench overhead",
+    "failover": f"sudo {PY} -m lab.bench failover",
+    "aggregate": f"sudo {PY} -m lab.bench aggregate",
+    "aggregate-quick": f"sudo {PY} -m lab.bench aggregate --cases fixed --seconds 20",
+    "crosscheck": f"sudo {PY} -m lab.bench crosscheck",
+    "race-bench": f"sudo {PY} -m lab.race.bench",
+    "race-bench-1000mbit": f"sudo {PY} -m lab.race.bench --rate-mbit 1000",
+    "race-eval-wired-wired": f"sudo {PY} -m lab.race.experiment --config wired-wired",
+    "race-eval-wired-wireless": f"sudo {PY} -m lab.race.experiment --config wired-wireless",
+    "race-eval-wireless-wireless": (
+        f"sudo {PY} -m lab.race.experiment --config wireless-wireless --live"
+    ),
+    "sim-bench": (
+        "cargo run --profile bench-speed -p multihome-sim -- bench --sessions 1000 --seconds 60"
+        " --out sim/results/bench"
+    ),
+}
+
+
+# --- revisions and dates -----------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+@cache
+def _commit_order() -> dict[str, int]:
+    """Full hash -> position, oldest first, in ``git log --topo-order``."""
+    hashes = _git("log", "--topo-order", "--format=%H").split()
+    return {h: i for i, h in enumerate(reversed(hashes))}
+
+
+@cache
+def commit_index(rev: str) -> int:
+    """Position of a (short) revision in commit order; -1 if it is not in this history."""
+    if not rev or not REV_RE.fullmatch(rev):
+        return -1
+    order = _commit_order()
+    full = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    return order.get(full, -1)
+
+
+@cache
+def commit_date(rev: str) -> str | None:
+    return _git("log", "-1", "--format=%cI", rev) or None if REV_RE.fullmatch(rev) else None
+
+
+def _date(ts: float | None, rev: str) -> str | None:
+    if ts:
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+    return commit_date(rev)
+
+
+def _split_rev(raw: str) -> tuple[str, bool]:
+    """``"916159c+dirty"`` -> ``("916159c", True)``; short hashes are cut to 7 characters."""
+    m = re.match(r"([0-9a-f]{7,40})([+-]dirty)?$", raw or "")
+    if not m:
+        return raw or "norev", False
+    return m.group(1)[:7], bool(m.group(2))
+
+
+def sort_key(rec: dict) -> tuple:
+    return (commit_index(rec["revision"]), rec.get("date") or "")
+
+
+# --- figures per suite --------------------------------------------------------------------
+
+
+def _r(x: object) -> object:
+    """Round floats to 4 significant digits (the log keeps figures, not noise)."""
+    if isinstance(x, float):
+        return float(f"{x:.4g}")
+    return x
+
+
+def _figs(d: dict, keys: tuple[str, ...], prefix: str = "") -> dict:
+    return {prefix + k: _r(d[k]) for k in keys if k in d and not isinstance(d[k], dict | list)}
+
+
+AGG_KEYS = (
+    "goodput_mbps",
+    "goodput_after_2s_mbps",
+    "ratio_to_ceiling",
+    "goodput_ratio",
+    "ratio_best_single",
+    "ratio_single_sum",
+    "rtt_added_ms",
+    "rtt_during_median_ms",
+    "retransmissions",
+)
+
+
+def _simult_flows(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for c in d["cases"]:
+        f: dict = {"limit_s": _r(c.get("limit_s")), "ideal_s": _r(c.get("ideal_s"))}
+        for system, s in c.get("summary", {}).items():
+            f |= _figs(s, ("passed", "runs", "median_s", "median_goodput_mbps"), f"{system}.")
+        alone = [a["seconds"] for a in c.get("alone", {}).values() if a.get("seconds")]
+        if alone:
+            f["best_alone_s"] = _r(min(alone))
+        out.append((c["name"], f))
+    return out
+
+
+def _aggregate(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for c in [*d.get("cases", []), *d.get("traces", [])]:
+        if "error" in c:
+            out.append((c["name"], {"error": c["error"][-200:]}))
+            continue
+        f: dict = {}
+        if "sum_mbit" in c:
+            f["sum_mbit"] = c["sum_mbit"]
+        if "trace_mean_sum_mbit" in c:
+            f["sum_mbit"] = _r(c["trace_mean_sum_mbit"])
+        for system, s in c.get("summary", {}).items():
+            f |= _figs(s, AGG_KEYS, f"{system}.")
+        out.append((c["name"], f))
+    if "efficiency" in d:
+        out.append(("header ceiling", {k: _r(v) for k, v in d["efficiency"].items()}))
+    return out
+
+
+def _failover(d: dict) -> list[tuple[str, dict]]:
+    keys = ("survived", "runs", "median_gap_s", "max_gap_s")
+    keys += ("median_before_mbps", "median_after_mbps")
+    return [(label, _figs(s, keys)) for label, s in d["summary"].items()]
+
+
+def _overhead(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for name, b in d["best"].items():
+        f = _figs(b, ("tcp_mbps", "rtt_median_ms"))
+        f |= _figs(d["ratios"].get(name, {}), ("throughput_ratio", "added_rtt_ms"))
+        out.append((name, f))
+    for name, r in d["ratios"].items():
+        if name not in d["best"]:
+            out.append((name, _figs(r, ("throughput_ratio",))))
+    return out
+
+
+def _crosscheck(d: dict) -> list[tuple[str, dict]]:
+    keys = ("lab_goodput_mbps", "sim_goodput_mbps", "ratio_sim_to_lab", "within_tolerance")
+    keys += ("lab_retransmissions", "sim_retransmissions")
+    return [(name, _figs(c, keys)) for name, c in d["comparison"].items()]
+
+
+def _race_bench(d: dict) -> list[tuple[str, dict]]:
+    f = {
+        "direct_setup_median_ms": _r(d["setup_direct"]["median_ms"]),
+        "race_setup_median_ms": _r(d["setup_race"]["median_ms"]),
+        "added_setup_median_ms": _r(d["added_setup_ms"]["median"]),
+        "added_setup_p90_ms": _r(d["added_setup_ms"]["p90"]),
+        "throughput_direct_mbps": _r(d["throughput_direct_mbps"]),
+        "throughput_race_mbps": _r(d["throughput_race_mbps"]),
+        "throughput_ratio": _r(d["throughput_ratio"]),
+    }
+    return [("race vs direct", f)]
+
+
+def _race_eval(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for mode, runs in (("offline", d.get("offline") or {}), ("live", d.get("live") or {})):
+        for name, s in runs.items():
+            f = _figs(s, ("fetched", "objects", "mean_s", "p50_s", "p95_s", "p99_s"))
+            f |= {f"avail_{k}": _r(v) for k, v in s.get("availability", {}).items()}
+            out.append((f"{mode}: {name}", f))
+    return out
+
+
+def _sim_bench(d: dict) -> list[tuple[str, dict]]:
+    keys = ("realtime_factor", "realtime_factor_idle", "datagrams_per_s", "datagrams_per_cpu_s")
+    keys += ("mean_session_goodput_mbit", "wall_s", "threads", "build_profile")
+    return [(_sim_bench_params(d), _figs(d, keys))]
+
+
+def _sim_bench_params(d: dict) -> str:
+    p = d["params"]
+    return f"{p['sessions']}x{p['links']}x{p['seconds']}s_cps{p['clients_per_server']}"
+
+
+EXTRACT = {
+    "simult-flows": _simult_flows,
+    "aggregate": _aggregate,
+    "failover": _failover,
+    "overhead": _overhead,
+    "crosscheck": _crosscheck,
+    "race-bench": _race_bench,
+    "race-eval": _race_eval,
+}
+
+
+def _base(suite: str) -> str:
+    for base in sorted(EXTRACT, key=len, reverse=True):
+        if suite.startswith(base):
+            return base
+    raise ValueError(f"unknown suite {suite!r}")
+
+
+def _name_parts(path: Path) -> tuple[str, str | None]:
+    """``(name, extra)`` of a result file: its stem without the revision, and any words after
+    the revision (``aggregate-7_1-ab-22c1473-run1`` -> ``("aggregate-7_1-ab", "run1")``)."""
+    stem = path.stem
+    m = re.fullmatch(r"(.+?)-([0-9a-f]{7})(?:-(.+))?", stem)
+    if not m:
+        return stem, None
+    return m.group(1), m.group(3)
+
+
+def bench_records(path: Path) -> list[dict]:
+    """Log lines of one ``bench/results/`` JSON (stable or per-revision name)."""
+    d = json.loads(path.read_text())
+    rev, dirty = _split_rev(d.get("revision", "norev"))
+    dirty = dirty or bool(d.get("dirty"))
+    name, extra = _name_parts(path)
+    suite = d.get("suite") or name
+    # A hand-named diagnostic run (an A/B, a partial re-run) is filed under its suite with the
+    # name it was saved as, and is never the suite's latest result.
+    label = path.stem if name != suite or extra else None
+    common = {
+        "suite": suite,
+        "revision": rev,
+        "dirty": dirty,
+        "date": _date(d.get("timestamp"), rev),
+        "source": path.relative_to(REPO_ROOT).as_posix(),
+    }
+    if label:
+        common["label"] = label
+    kernel = (d.get("machine") or {}).get("kernel")
+    if kernel:
+        common["kernel"] = kernel
+    return [{**common, "case": case, "figures": figs} for case, figs in EXTRACT[_base(suite)](d)]
+
+
+def sim_bench_records(path: Path) -> list[dict]:
+    d = json.loads(path.read_text())
+    rev, dirty = _split_rev(d.get("git_revision", "norev"))
+    m = re.fullmatch(
+        r"(?:[0-9a-f]{7,40}|session\d+)(?:[+-]dirty)?(?:-(.+))?_[^_]+_cps\d+", path.stem
+    )
+    rec = {
+        "suite": "sim-bench",
+        "revision": rev,
+        "dirty": dirty,
+        "date": commit_date(rev),
+        "source": path.relative_to(REPO_ROOT).as_posix(),
+    }
+    if m and m.group(1):
+        rec["label"] = m.group(1)
+    return [{**rec, "case": case, "figures": figs} for case, figs in _sim_bench(d)]
+
+
+def sim_scenario_records(folder: Path) -> list[dict]:
+    """One line per sweep point of a simulator study: each metric's mean over the seeds."""
+    meta = json.loads((folder / "meta.json").read_text())
+    rev, dirty = _split_rev(meta.get("git_revision", "norev"))
+    with (folder / "summary.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return []
+    cols = list(rows[0])
+    params = cols[: cols.index("seed")] if "seed" in cols else []
+    metrics = [c for c in cols if c not in params and c != "seed"]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[tuple(r[p] for p in params)].append(r)
+    out = []
+    for key, rs in groups.items():
+        figs: dict = {"seeds": len(rs)}
+        for m in metrics:
+            vals = [float(r[m]) for r in rs if r.get(m) not in ("", None)]
+            if vals:
+                figs[m] = _r(mean(vals))
+        out.append(
+            {
+                "suite": f"sim:{folder.name}",
+                "case": " ".join(f"{p}={v}" for p, v in zip(params, key, strict=True)) or "all",
+                "revision": rev,
+                "dirty": dirty,
+                "date": commit_date(rev),
+                "source": folder.relative_to(REPO_ROOT).as_posix() + "/summary.csv",
+                "figures": figs,
+            }
+        )
+    return out
+
+
+def records_of(path: Path) -> list[dict]:
+    """Log lines of any result: a bench JSON, a simulator bench JSON, a study folder."""
+    path = path.resolve()
+    if path.is_dir() or path.name in ("meta.json", "summary.csv"):
+        return sim_scenario_records(path if path.is_dir() else path.parent)
+    if path.parent == SIM_BENCH:
+        return sim_bench_records(path)
+    return bench_records(path)
+
+
+# --- the log ------------------------------------------------------------------------------
+
+
+def read_log(log: Path = LOG) -> list[dict]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def _identity(rec: dict) -> tuple:
+    return (rec["suite"], rec.get("label"), rec["revision"], rec.get("date"), rec["case"])
+
+
+def append(paths: list[Path], log: Path = LOG) -> int:
+    """Append the lines of these results (lines already in the log are skipped)."""
+    have = {_identity(r) for r in read_log(log)}
+    new = []
+    for p in paths:
+        recs = records_of(p)
+        new += [r for r in recs if _identity(r) not in have]
+        if p.resolve().parent == SIM_BENCH and recs:
+            stable = SIM_BENCH / f"{recs[0]['case']}.json"
+            if p.resolve() != stable:
+                p.replace(stable)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        for r in new:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    return len(new)
+
+
+def _result_files() -> list[Path]:
+    files = sorted(BENCH_RESULTS.glob("*.json"))
+    files += sorted(SIM_BENCH.glob("*.json"))
+    files += sorted(p.parent for p in SIM_RESULTS.glob("*/meta.json"))
+    return files
+
+
+def import_all(prune: bool) -> None:
+    """Rebuild the log from every result file; with ``prune``, keep only the newest of each
+    suite under its stable name."""
+    by_file = {p: records_of(p) for p in _result_files()}
+    recs = sorted((r for rs in by_file.values() for r in rs), key=sort_key)
+    seen, lines = set(), []
+    for r in recs:
+        if _identity(r) not in seen:
+            seen.add(_identity(r))
+            lines.append(json.dumps(r, sort_keys=True))
+    LOG.write_text("\n".join(lines) + "\n")
+    print(f"{LOG.relative_to(REPO_ROOT)}: {len(lines)} lines from {len(by_file)} results")
+    if prune:
+        _prune(by_file)
+
+
+def _prune(by_file: dict[Path, list[dict]]) -> None:
+    newest: dict[str, Path] = {}
+    for path, rs in sorted(by_file.items(), key=lambda kv: sort_key(kv[1][0]) if kv[1] else ()):
+        if not rs or path.is_dir():
+            continue
+        r = rs[0]
+        if r["suite"] == "sim-bench":
+            newest[f"sim-bench:{r['case']}"] = path
+        elif "label" not in r:
+            newest[r["suite"]] = path
+    keep = set()
+    for suite, path in newest.items():
+        if suite.startswith("sim-bench:"):
+            stable = SIM_BENCH / f"{suite.split(':', 1)[1]}.json"
+        else:
+            stable = BENCH_RESULTS / f"{suite}.json"
+        keep.add(stable)
+        for ext in (".json", ".png", ".svg"):
+            src = path.with_suffix(ext)
+            if src.exists() and src != stable.with_suffix(ext):
+                src.replace(stable.with_suffix(ext))
+            keep.add(stable.with_suffix(ext))
+        ds = path.parent / f"{path.stem}-dataset.jsonl.gz"
+        if ds.exists():
+            ds.replace(BENCH_RESULTS / f"{suite}-dataset.jsonl.gz")
+        keep.add(BENCH_RESULTS / f"{suite}-dataset.jsonl.gz")
+    for folder in (BENCH_RESULTS, SIM_BENCH):
+        for p in folder.iterdir():
+            if p.is_file() and p not in keep:
+                p.unlink()
+    print(f"kept {len([k for k in keep if k.exists()])} files under stable names")
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def latest_runs(log: list[dict]) -> dict[str, list[dict]]:
+    """Suite -> the lines of its newest run (diagnostic runs with a label excluded)."""
+    runs: dict[str, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in log:
+        if "label" in r and r["suite"] != "sim-bench":
+            continue
+        runs[r["suite"]][(r["revision"], r.get("date"), r.get("label"))].append(r)
+    out = {}
+    for suite, by_run in runs.items():
+        best = max(by_run.values(), key=lambda rs: (*sort_key(rs[0]), "label" not in rs[0]))
+        out[suite] = best
+    return out
+
+
+def _fmt(v: object, unit: str = "") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return (f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}") + unit
+    return f"{v}{unit}"
+
+
+def _pass(f: dict, system: str) -> str:
+    if f"{system}.passed" not in f:
+        return "—"
+    med = f.get(f"{system}.median_s")
+    return f"{f[f'{system}.passed']}/{f[f'{system}.runs']}, " + (_fmt(med, " s") if med else "—")
+
+
+def _table_simult_flows(rs: list[dict]) -> list[str]:
+    rows = [
+        "| case (rates, one-way delays) | limit | multihome passed, median | "
+        "kernel MPTCP passed, median | best path alone |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        rows.append(
+            f"| {r['case']} | {_fmt(f.get('limit_s'), ' s')} | {_pass(f, 'multihome')} | "
+            f"{_pass(f, 'mptcp')} | {_fmt(f.get('best_alone_s'), ' s')} |"
+        )
+    return rows
+
+
+def _table_aggregate(rs: list[dict]) -> list[str]:
+    rows = [
+        "| case | sum of rates | multihome Mbit/s | / header ceiling | kernel MPTCP Mbit/s "
+        "| / ceiling | best single TCP | multihome added RTT |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    eff = None
+    for r in rs:
+        f = r["figures"]
+        if r["case"] == "header ceiling":
+            eff = f
+            continue
+        if "error" in f:
+            rows.append(f"| {r['case']} | failed | | | | | | |")
+            continue
+        mh = "multihome-earliest"
+        singles = [f.get(f"tcp:{i}.goodput_mbps") for i in range(3)]
+        best = max((s for s in singles if s is not None), default=None)
+        rows.append(
+            f"| {r['case']} | {_fmt(f.get('sum_mbit'), ' Mbit/s')} | "
+            f"{_fmt(f.get(f'{mh}.goodput_mbps'))} | {_fmt(f.get(f'{mh}.ratio_to_ceiling'))} | "
+            f"{_fmt(f.get('mptcp.goodput_mbps'))} | {_fmt(f.get('mptcp.ratio_to_ceiling'))} | "
+            f"{_fmt(best)} | {_fmt(f.get(f'{mh}.rtt_added_ms'), ' ms')} |"
+        )
+    if eff:
+        rows.append("")
+        rows.append(
+            f"Header ceiling (goodput over wire rate at MTU 1500): multihome "
+            f"{eff.get('multihome', 0):.1%}, plain TCP {eff.get('plain', 0):.1%}."
+        )
+    return rows
+
+
+def _table_failover(rs: list[dict]) -> list[str]:
+    rows = [
+        "| system | survived | longest gap, median | longest gap, max | before cut | after cut |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        rows.append(
+            f"| {r['case']} | {f.get('survived')}/{f.get('runs')} | "
+            f"{_fmt(f.get('median_gap_s'), ' s')} | {_fmt(f.get('max_gap_s'), ' s')} | "
+            f"{_fmt(f.get('median_before_mbps'), ' Mbit/s')} | "
+            f"{_fmt(f.get('median_after_mbps'), ' Mbit/s')} |"
+        )
+    return rows
+
+
+def _table_overhead(rs: list[dict]) -> list[str]:
+    rows = [
+        "| path | 1 TCP stream (CUBIC) | vs direct | median idle RTT | added RTT |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        if "tcp_mbps" not in f:
+            rows.append(f"| {r['case']} | | {_fmt(f.get('throughput_ratio'))} | | |")
+            continue
+        rows.append(
+            f"| {r['case']} | {_fmt(f['tcp_mbps'], ' Mbit/s')} | "
+            f"{_fmt(f.get('throughput_ratio', 1.0))} | {_fmt(f.get('rtt_median_ms'), ' ms')} | "
+            f"{_fmt(f.get('added_rtt_ms', 0.0), ' ms')} |"
+        )
+    return rows
+
+
+# Columns of the suites without a table of their own (default: the first eight figures).
+COLUMNS = {
+    "race-eval": ["mean_s", "p50_s", "p95_s", "p99_s", "avail_2s", "fetched"],
+    "race-bench": [
+        "added_setup_median_ms",
+        "added_setup_p90_ms",
+        "throughput_direct_mbps",
+        "throughput_race_mbps",
+        "throughput_ratio",
+    ],
+    "crosscheck": [
+        "lab_goodput_mbps",
+        "sim_goodput_mbps",
+        "ratio_sim_to_lab",
+        "within_tolerance",
+        "lab_retransmissions",
+        "sim_retransmissions",
+    ],
+    "sim-bench": [
+        "realtime_factor",
+        "realtime_factor_idle",
+        "datagrams_per_s",
+        "mean_session_goodput_mbit",
+        "wall_s",
+        "build_profile",
+    ],
+}
+
+
+def _table_generic(rs: list[dict], keys: list[str] | None = None) -> list[str]:
+    keys = keys or list(dict.fromkeys(k for r in rs for k in r["figures"]))[:8]
+    rows = ["| case | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for r in rs:
+        f = r["figures"]
+        rows.append(f"| {r['case']} | " + " | ".join(_fmt(f.get(k)) for k in keys) + " |")
+    return rows
+
+
+TABLES = {
+    "simult-flows": _table_simult_flows,
+    "aggregate": _table_aggregate,
+    "failover": _table_failover,
+    "overhead": _table_overhead,
+}
+
+
+def stable_path(suite: str, rec: dict) -> str:
+    """Where a suite's latest result lives (the log's ``source`` is the file a line was read
+    from when it was recorded, which may since have been replaced)."""
+    if suite == "sim-bench":
+        return f"sim/results/bench/{rec['case']}.json"
+    if suite.startswith("sim:"):
+        return rec["source"]
+    return f"bench/results/{suite}.json"
+
+
+def table(suite: str, rs: list[dict]) -> str:
+    r0 = rs[0]
+    base = "sim-bench" if suite == "sim-bench" else _base(suite) if ":" not in suite else ""
+    make = TABLES.get(base) or (lambda rs: _table_generic(rs, COLUMNS.get(base)))
+    dirty = " (dirty tree)" if r0.get("dirty") else ""
+    cmd = COMMANDS.get(suite)
+    if cmd is None and suite.startswith("sim:"):
+        cmd = f"target/release/multihome-sim run sim/scenarios/{suite[4:]}.toml"
+    head = [
+        f"Revision `{r0['revision']}`{dirty}, {r0.get('date') or 'date unknown'}"
+        + (f", kernel {r0['kernel']}" if r0.get("kernel") else "")
+        + f"; from `{stable_path(suite, r0)}`.",
+        "",
+    ]
+    if cmd:
+        head[0] += f" Command: `{cmd}`."
+    return "\n".join(head + make(rs))
+
+
+def tables(suites: list[str] | None = None) -> dict[str, str]:
+    latest = latest_runs(read_log())
+    names = suites or sorted(s for s in latest if not s.startswith("sim:"))
+    return {s: table(s, latest[s]) if s in latest else "no result yet" for s in names}
+
+
+GEN_RE = re.compile(
+    r"(<!-- BEGIN GENERATED: (?P<suite>[^ ]+) -->\n)(?P<body>.*?)(<!-- END GENERATED -->)", re.S
+)
+
+
+def write_doc(doc: Path = DOC) -> int:
+    """Refresh every generated block of ``doc``; return how many were written."""
+    text = doc.read_text()
+    wanted = [m.group("suite") for m in GEN_RE.finditer(text)]
+    made = tables(wanted)
+    new = GEN_RE.sub(lambda m: m.group(1) + made[m.group("suite")] + "\n" + m.group(4), text)
+    doc.write_text(new)
+    return len(wanted)
+
+
+# --- trend plot ---------------------------------------------------------------------------
+
+
+def _sum(rs: list[dict], key: str) -> float | None:
+    vals = [r["figures"][key] for r in rs if key in r["figures"]]
+    return sum(vals) if vals else None
+
+
+def _mean_of(rs: list[dict], key: str, cases: set[str] | None = None) -> float | None:
+    vals = [
+        r["figures"][key]
+        for r in rs
+        if key in r["figures"] and (cases is None or r["case"] in cases)
+    ]
+    return mean(vals) if vals else None
+
+
+def _case(rs: list[dict], case: str, key: str) -> float | None:
+    return next((r["figures"].get(key) for r in rs if r["case"] == case), None)
+
+
+FIXED = {"50+20", "100+10", "30+20+10", "10+10"}
+
+# Suite -> (title, y label, [(series label, function of one run's lines)]).
+HEADLINES = {
+    "simult-flows": (
+        "simult-flows: runs passed (of 30)",
+        "passed",
+        [
+            ("multihome", lambda rs: _sum(rs, "multihome.passed")),
+            ("kernel MPTCP", lambda rs: _sum(rs, "mptcp.passed")),
+        ],
+    ),
+    "aggregate": (
+        "aggregate: goodput / header ceiling (fixed cases, mean)",
+        "ratio",
+        [
+            (
+                "multihome",
+                lambda rs: _mean_of(rs, "multihome-earliest.ratio_to_ceiling", FIXED),
+            ),
+            ("kernel MPTCP", lambda rs: _mean_of(rs, "mptcp.ratio_to_ceiling", FIXED)),
+        ],
+    ),
+    "failover": (
+        "failover: longest gap after a cut, median",
+        "s",
+        [
+            ("multihome aggregate", lambda rs: _case(rs, "multihome aggregate", "median_gap_s")),
+            ("kernel MPTCP", lambda rs: _case(rs, "kernel MPTCP", "median_gap_s")),
+        ],
+    ),
+    "overhead": (
+        "overhead: one TCP stream through the tunnel",
+        "Mbit/s",
+        [
+            ("multihome", lambda rs: _case(rs, "multihome", "tcp_mbps")),
+            ("wireguard-go", lambda rs: _case(rs, "wireguard-go", "tcp_mbps")),
+            ("OpenVPN", lambda rs: _case(rs, "openvpn", "tcp_mbps")),
+        ],
+    ),
+    "crosscheck": (
+        "crosscheck: simulator / lab goodput",
+        "ratio",
+        [
+            ("multihome", lambda rs: _case(rs, "multihome", "ratio_sim_to_lab")),
+            ("plain TCP, link 0", lambda rs: _case(rs, "tcp:0", "ratio_sim_to_lab")),
+        ],
+    ),
+    "sim-bench": (
+        "simulator speed: 1000 sessions x 3 links x 60 s",
+        "x real time",
+        [("realtime factor", lambda rs: _case(rs, "1000x3x60s_cps1", "realtime_factor"))],
+    ),
+}
+
+
+def trend_series(log: list[dict]) -> dict[str, list[tuple[str, dict[str, float | None]]]]:
+    """Suite -> [(revision, {series: value})] in commit order, one point per run."""
+    runs: dict[str, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in log:
+        if r["suite"] in HEADLINES and ("label" not in r or r["suite"] == "sim-bench"):
+            runs[r["suite"]][(r["revision"], r.get("date"), r.get("label"))].append(r)
+    out = {}
+    for suite, by_run in runs.items():
+        _, _, series = HEADLINES[suite]
+        pts = []
+        for rs in sorted(by_run.values(), key=lambda rs: sort_key(rs[0])):
+            pts.append((rs[0]["revision"], {name: fn(rs) for name, fn in series}))
+        out[suite] = pts
+    return out
+
+
+def plot(out: Path = TREND) -> list[Path]:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    data = trend_series(read_log())
+    suites = [s for s in HEADLINES if s in data]
+    ncols = 2
+    nrows = (len(suites) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(12, 3.2 * nrows), squeeze=False)
+    for ax, suite in zip(axes.flat, suites, strict=False):
+        title, ylabel, series = HEADLINES[suite]
+        pts = data[suite]
+        xs = list(range(len(pts)))
+        for name, _ in series:
+            ys = [v[name] if v[name] is not None else float("nan") for _, v in pts]
+            ax.plot(xs, ys, marker="o", label=name)
+        ax.set_xticks(xs, [rev for rev, _ in pts], rotation=60, fontsize=7)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(suites) :]:
+        ax.set_visible(False)
+    fig.suptitle("Headline figure per suite over revisions (commit order)")
+    fig.tight_layout()
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    fig.savefig(paths[0], dpi=100)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths
+
+
+# --- command line -------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.bench.history", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    imp = sub.add_parser("import", help="rebuild the log from every result file")
+    imp.add_argument(
+        "--prune", action="store_true", help="then keep only the newest result of each suite"
+    )
+    app = sub.add_parser("append", help="add one result's lines to the log")
+    app.add_argument("files", nargs="+", type=Path)
+    tab = sub.add_parser("tables", help="markdown tables of each suite's latest run")
+    tab.add_argument("suites", nargs="*", help="only these suites (default: all lab suites)")
+    tab.add_argument("--write", action="store_true", help=f"refresh the blocks of {DOC.name}")
+    sub.add_parser("plot", help="trend plot, docs/trend.png and .svg")
+    args = parser.parse_args(argv)
+    if args.cmd == "import":
+        import_all(args.prune)
+    elif args.cmd == "append":
+        print(f"{LOG.relative_to(REPO_ROOT)}: {append(args.files)} lines appended")
+    elif args.cmd == "tables":
+        if args.write:
+            print(f"{DOC.relative_to(REPO_ROOT)}: {write_doc()} generated blocks refreshed")
+        else:
+            for suite, text in tables(args.suites or None).items():
+                print(f"## {suite}\n\n{text}\n")
+    else:
+        for p in plot():
+            print(f"wrote {p.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
