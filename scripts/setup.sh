@@ -37,6 +37,9 @@ fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 say "python: virtualenv .venv with the lab's dependencies"
+# As root pip warns on every call that it runs as root (the venv makes that safe) and about
+# its own version: noise that hides what matters.
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e . ruff >/dev/null

@@ -1,14 +1,14 @@
 //! Targets of the racing gateway's parsers (`multihome race`): the nfnetlink_queue messages
-//! the kernel sends the daemon (`multihome::race::nfqueue::parse`) and the IP packet held
-//! in the queue (`multihome_proto::race::classify`). Both read bytes the kernel hands over, so a
+//! the kernel sends the daemon (`multihome_race::daemon::nfqueue::parse`) and the IP packet held
+//! in the queue (`multihome_race::core::classify`). Both read bytes the kernel hands over, so a
 //! panic would take the gateway, and every held SYN with it, down.
 //!
 //! The `nfqueue` oracle builds its messages from linux/netfilter/nfnetlink_queue.h and
 //! linux/netlink.h itself (not with the daemon's builder), so a layout mistake shared by the
 //! daemon's encoder and parser would still show.
 
-use multihome::race::nfqueue::{parse, Packet};
-use multihome_proto::race::{classify, Transport};
+use multihome_race::core::{classify, Transport};
+use multihome_race::daemon::nfqueue::{parse, Packet};
 use std::net::IpAddr;
 
 const NLMSG_HDRLEN: usize = 16;

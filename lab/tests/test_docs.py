@@ -100,3 +100,34 @@ def test_experiments_generated_blocks_are_known_suites() -> None:
     assert suites, "docs/EXPERIMENTS.md has no generated tables"
     latest = history.latest_runs(history.read_log())
     assert set(suites) <= set(latest), set(suites) - set(latest)
+
+
+# ``path.rs::Type::function`` or ``path.rs::function`` in ARCHITECTURE.md's routes of a packet.
+ROUTE_STEP = re.compile(r"`((?:crates|fuzz)/[\w/]+\.rs)::((?:\w+::)?\w+)`")
+
+
+def route_steps() -> list[tuple[str, str]]:
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    start = text.index("## The two routes of a packet")
+    end = text.index("\n## ", start + 1)
+    return ROUTE_STEP.findall(text[start:end])
+
+
+def test_architecture_routes_name_real_functions() -> None:
+    """Every ``file::function`` of the two routes exists: the file, the function in it, and
+    (for ``Type::method``) an ``impl`` of that type in the same file."""
+    steps = route_steps()
+    assert len(steps) >= 15, f"the routes name too few steps: {steps}"
+    missing = []
+    for path, name in steps:
+        src = ROOT / path
+        if not src.is_file():
+            missing.append(f"{path} (no such file)")
+            continue
+        code = src.read_text()
+        *ty, fn = name.split("::")
+        if not re.search(rf"\bfn {fn}\b", code):
+            missing.append(f"{path}::{name} (no fn {fn})")
+        elif ty and not re.search(rf"\bimpl\b[^{{;]*\b{ty[0]}\b[^{{;]*\{{", code):
+            missing.append(f"{path}::{name} (no impl of {ty[0]})")
+    assert not missing, f"ARCHITECTURE.md names functions that do not exist: {missing}"

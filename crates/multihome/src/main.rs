@@ -40,7 +40,7 @@ enum Cmd {
         config: PathBuf,
     },
     /// Run the racing gateway: each new TCP connection from the LAN raced over every uplink.
-    Race(multihome::race::RaceArgs),
+    Race(multihome_race::daemon::RaceArgs),
     /// Show sessions and links of a running client or server.
     Status {
         /// Control socket (default: the client's, else the server's).
@@ -82,7 +82,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Client { config } => daemon::client::run(&config),
         Cmd::Server { config } => daemon::server::run(&config),
-        Cmd::Race(args) => multihome::race::run(args),
+        Cmd::Race(args) => multihome_race::daemon::run(args),
         Cmd::Status { socket, json } => status::query(socket, json),
     }
 }

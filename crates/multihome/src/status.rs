@@ -1,6 +1,7 @@
 //! Status: the JSON document served on the control socket, and the `status` command that
 //! fetches it and prints it as JSON or as text: the tunnel's sessions and links, or the
-//! racing gateway's per-uplink table (its document is built in `race/status.rs`).
+//! racing gateway's per-uplink table (its document and text view are
+//! `multihome_race::daemon::status`).
 //!
 //! Invariant: the text view is a pure function of the document ([`render`]) and never
 //! fails on a missing or mistyped field (shown as `-`), so a newer `status` still reads an
@@ -176,7 +177,7 @@ pub fn query(socket: Option<PathBuf>, as_json: bool) -> Result<()> {
 /// (an older daemon) show as `-` or 0, never an error.
 pub fn render(v: &Value) -> String {
     if v["role"] == "race" {
-        return render_race(v);
+        return multihome_race::daemon::status::render(v);
     }
     let mut out = String::new();
     let o = &mut out;
@@ -224,208 +225,9 @@ pub fn render(v: &Value) -> String {
     out
 }
 
-/// An integer field, or `-` when absent.
-fn int(v: &Value) -> String {
-    v.as_u64().map_or_else(|| "-".into(), |n| n.to_string())
-}
-
-/// A number with `prec` decimals, or `-` when absent or null (e.g. no probe reply yet).
-fn dec(v: &Value, prec: usize) -> String {
-    v.as_f64()
-        .map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
-}
-
-/// The racing gateway (`multihome race`): predictor, one row per uplink with its race
-/// counters and AvMet weight, probe figures when probes ran, then the gateway's counters.
-fn render_race(v: &Value) -> String {
-    let mut out = String::new();
-    let o = &mut out;
-    let c = &v["counters"];
-    let name = |x: &Value| x.as_str().unwrap_or("?").to_string();
-    let _ = writeln!(
-        o,
-        "role: race  predictor: {}  best: {}  connections: {} of {} ({} relaying)",
-        name(&v["predictor"]),
-        name(&v["best"]),
-        int(&c["active"]),
-        int(&v["max_connections"]),
-        int(&c["relaying"]),
-    );
-    let a = &v["avmet"];
-    let curbest = match a["curbest"].as_f64() {
-        Some(x) => format!("curbest {x:.3}"),
-        None => "curbest - (defined for two uplinks; see weight)".into(),
-    };
-    let _ = writeln!(
-        o,
-        "avmet: {curbest}  alpha {}  samples {}",
-        dec(&a["alpha"], 4),
-        int(&a["samples"]),
-    );
-    if v["destinations"].as_u64().unwrap_or(0) > 0 {
-        let _ = writeln!(
-            o,
-            "destinations with their own predictor: {}",
-            int(&v["destinations"])
-        );
-    }
-    let uplinks: Vec<&Value> = v["uplinks"].as_array().into_iter().flatten().collect();
-    let _ = writeln!(
-        o,
-        "  {:<10} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
-        "uplink",
-        "interface",
-        "attempts",
-        "wins",
-        "chosen",
-        "refusals",
-        "timeouts",
-        "failures",
-        "abandoned",
-        "udp_flows",
-        "weight",
-    );
-    for u in &uplinks {
-        let _ = writeln!(
-            o,
-            "  {:<10} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
-            name(&u["name"]),
-            name(&u["interface"]),
-            int(&u["attempts"]),
-            int(&u["wins"]),
-            int(&u["chosen"]),
-            int(&u["refusals"]),
-            int(&u["timeouts"]),
-            int(&u["failures"]),
-            int(&u["abandoned"]),
-            int(&u["udp_flows"]),
-            dec(&u["avmet_weight"], 3),
-        );
-    }
-    // Probes run only with probe_target set: no table of zeros otherwise.
-    let probed = |u: &&Value| {
-        u["probe_replies"].as_u64().unwrap_or(0) + u["probe_losses"].as_u64().unwrap_or(0) > 0
-    };
-    if uplinks.iter().any(probed) {
-        let _ = writeln!(
-            o,
-            "  {:<10} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "probes", "replies", "losses", "delivery", "srtt_ms", "ett_ms",
-        );
-        for u in &uplinks {
-            let _ = writeln!(
-                o,
-                "  {:<10} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                name(&u["name"]),
-                int(&u["probe_replies"]),
-                int(&u["probe_losses"]),
-                dec(&u["probe_delivery"], 3),
-                dec(&u["probe_srtt_ms"], 2),
-                dec(&u["ett_ms"], 2),
-            );
-        }
-    }
-    let _ = writeln!(
-        o,
-        "races: {} chosen, {} refused on every uplink, {} failed; {} refused at max_connections",
-        int(&c["races_chosen"]),
-        int(&c["races_refused"]),
-        int(&c["races_failed"]),
-        int(&c["busy_refusals"]),
-    );
-    let _ = writeln!(
-        o,
-        "SYNs: {} held (racing), {} admitted (waiting for the client); {} connections raced unheld",
-        int(&c["syns_held"]),
-        int(&c["syns_admitted"]),
-        int(&c["unheld_connections"]),
-    );
-    let _ = writeln!(
-        o,
-        "relayed bytes: {} up, {} down",
-        int(&c["relayed_up_bytes"]),
-        int(&c["relayed_down_bytes"]),
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A document as `race::status::document` builds it: two uplinks, AvMet, probes on.
-    fn race_doc() -> Value {
-        json!({
-            "role": "race", "predictor": "avmet", "best": "dsl", "max_connections": 512,
-            "destinations": 0,
-            "avmet": {"alpha": 0.99, "curbest": 0.1274, "samples": 812},
-            "uplinks": [
-                {"name": "dsl", "interface": "eth1", "address": "192.168.1.2",
-                 "attempts": 812, "wins": 709, "chosen": 709, "refusals": 0, "timeouts": 2,
-                 "failures": 0, "abandoned": 103, "udp_flows": 12, "avmet_weight": 0.8726,
-                 "ett_ms": 21.304, "probe_delivery": 1.0, "probe_srtt_ms": 20.1,
-                 "probe_replies": 120, "probe_losses": 0},
-                {"name": "lte", "interface": "wwan0", "address": null,
-                 "attempts": 812, "wins": 103, "chosen": 103, "refusals": 1, "timeouts": 0,
-                 "failures": 3, "abandoned": 706, "udp_flows": 3, "avmet_weight": 0.1274,
-                 "ett_ms": null, "probe_delivery": 0.0, "probe_srtt_ms": 0.0,
-                 "probe_replies": 0, "probe_losses": 4}
-            ],
-            "counters": {"races_chosen": 810, "races_refused": 1, "races_failed": 1,
-                         "busy_refusals": 0, "syns_held": 2, "syns_admitted": 1,
-                         "unheld_connections": 0, "active": 3, "relaying": 1,
-                         "relayed_up_bytes": 1200000, "relayed_down_bytes": 250300000},
-            "sessions": []
-        })
-    }
-
-    #[test]
-    fn race_table_from_a_document() {
-        let want = "\
-role: race  predictor: avmet  best: dsl  connections: 3 of 512 (1 relaying)
-avmet: curbest 0.127  alpha 0.9900  samples 812
-  uplink     interface   attempts      wins    chosen  refusals  timeouts  failures abandoned udp_flows  weight
-  dsl        eth1             812       709       709         0         2         0       103        12   0.873
-  lte        wwan0            812       103       103         1         0         3       706         3   0.127
-  probes       replies    losses  delivery   srtt_ms    ett_ms
-  dsl              120         0     1.000     20.10     21.30
-  lte                0         4     0.000      0.00         -
-races: 810 chosen, 1 refused on every uplink, 1 failed; 0 refused at max_connections
-SYNs: 2 held (racing), 1 admitted (waiting for the client); 0 connections raced unheld
-relayed bytes: 1200000 up, 250300000 down
-";
-        assert_eq!(render(&race_doc()), want);
-    }
-
-    #[test]
-    fn race_table_without_probes_curbest_or_fields() {
-        let mut v = race_doc();
-        v["avmet"]["curbest"] = Value::Null; // three uplinks: no single curbest
-        v["destinations"] = json!(7);
-        for u in v["uplinks"].as_array_mut().unwrap() {
-            u["probe_replies"] = json!(0);
-            u["probe_losses"] = json!(0);
-        }
-        // A field an older daemon did not send.
-        v["uplinks"][1].as_object_mut().unwrap().remove("udp_flows");
-        let text = render(&v);
-        assert!(
-            text.contains("curbest - (defined for two uplinks; see weight)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("destinations with their own predictor: 7"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("probes"),
-            "probe table without probes:\n{text}"
-        );
-        let lte = text.lines().find(|l| l.starts_with("  lte")).unwrap();
-        let cols: Vec<&str> = lte.split_whitespace().collect();
-        assert_eq!(cols[9], "-", "missing udp_flows: {lte}");
-        assert_eq!(cols.len(), 11, "{lte}");
-    }
 
     #[test]
     fn tunnel_table_from_a_document() {
@@ -451,8 +253,11 @@ relayed bytes: 1200000 up, 250300000 down
             ["dsl", "up", "21.40", "19.80", "1.00", "41.00", "900000", "1500000", "75%"]
         );
         assert_eq!(lines[4], "counters: {\"handshakes\":1}");
-        // The race view is not used for the tunnel, nor the tunnel's for a race.
+        // The race view is not used for the tunnel, nor the tunnel's for a race (the race
+        // view's own tests are beside it, in multihome_race::daemon::status).
         assert!(!text.contains("uplink"));
-        assert!(!render(&race_doc()).contains("session"));
+        let race = render(&json!({"role": "race", "sessions": []}));
+        assert!(race.starts_with("role: race  predictor: ?"), "{race}");
+        assert!(!race.contains("session"), "{race}");
     }
 }

@@ -17,7 +17,6 @@ pub use time::Instant;
 pub mod endpoint;
 pub mod path;
 pub mod policy;
-pub mod race;
 pub mod reorder;
 pub mod sched;
 pub mod session;

@@ -33,8 +33,8 @@
 //! Invariant: everything that can be checked without the machine is checked here; the
 //! daemon checks interfaces and addresses at start-up.
 
-use crate::config::{ConfigError, Source};
-use multihome_proto::race::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
+use super::source::{ConfigError, Source};
+use crate::core::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -134,76 +134,9 @@ fn ms(v: u64) -> Duration {
 pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
     let f: RaceFile = src.parse()?;
     let r = &f.race;
-    let mut uplinks: Vec<UplinkSettings> = Vec::new();
-    let mut pins = Vec::new();
-    if f.uplink.is_empty() || f.uplink.len() > MAX_UPLINKS {
-        return Err(src.err_file(
-            format!("{} [[uplink]] sections", f.uplink.len()),
-            format!("configure 1 to {MAX_UPLINKS} uplinks (2 or more to race)"),
-        ));
-    }
-    for (i, u) in f.uplink.iter().enumerate() {
-        let at = u.span().start;
-        let u = u.get_ref();
-        if uplinks.iter().any(|x| x.name == u.name) {
-            return Err(src.err(
-                at,
-                format!("uplink name `{}` repeats", u.name),
-                "give each [[uplink]] its own name",
-            ));
-        }
-        if u.interface.is_empty() || u.interface.len() > 15 || u.interface.contains(['"', ' ', '/'])
-        {
-            return Err(src.err(
-                at,
-                format!("interface `{}` is not a valid name", u.interface),
-                "use the name `ip link` shows",
-            ));
-        }
-        let gateway = match &u.gateway {
-            None => None,
-            Some(g) => Some(g.get_ref().parse::<IpAddr>().map_err(|_| {
-                src.err(
-                    g.span().start,
-                    format!("gateway `{}` is not an IP address", g.get_ref()),
-                    "write the next hop's address, e.g. \"192.168.1.1\"",
-                )
-            })?),
-        };
-        if let Some(d) = &u.dscp {
-            if *d.get_ref() > 63 || pins.iter().any(|(p, _)| p == d.get_ref()) {
-                return Err(src.err(
-                    d.span().start,
-                    format!("dscp {} is out of range or pins two uplinks", d.get_ref()),
-                    "use a DSCP value 0..=63, once",
-                ));
-            }
-            pins.push((*d.get_ref(), UplinkId(i as u8)));
-        }
-        uplinks.push(UplinkSettings {
-            name: u.name.clone(),
-            interface: u.interface.clone(),
-            gateway,
-        });
-    }
+    let (uplinks, pins) = uplinks(src, &f.uplink)?;
     let predictor = predictor(src, r, &uplinks)?;
-    let scope = match r
-        .scope
-        .as_ref()
-        .map(|s| (s.get_ref().as_str(), s.span().start))
-    {
-        None | Some(("global", _)) => Scope::Global,
-        Some(("destination", _)) => Scope::Destination {
-            max_entries: DESTINATIONS,
-        },
-        Some((other, at)) => {
-            return Err(src.err(
-                at,
-                format!("unknown scope `{other}`"),
-                "use \"global\" or \"destination\"",
-            ))
-        }
-    };
+    let scope = scope(src, r)?;
     let probe_target = match &r.probe_target {
         None => None,
         Some(p) => Some(p.get_ref().parse::<SocketAddr>().map_err(|_| {
@@ -256,16 +189,7 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
             "pick e.g. 7070",
         ));
     }
-    for l in &r.lan_interfaces {
-        if l.get_ref().is_empty() || l.get_ref().len() > 15 || l.get_ref().contains(['"', ' ', '/'])
-        {
-            return Err(src.err(
-                l.span().start,
-                format!("interface `{}` is not a valid name", l.get_ref()),
-                "use the name `ip link` shows",
-            ));
-        }
-    }
+    check_lan_interfaces(src, r)?;
     let gateway = GatewayConfig {
         n_uplinks: uplinks.len(),
         predictor,
@@ -297,6 +221,107 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
     })
 }
 
+/// DSCP values that pin a connection to an uplink.
+type DscpPins = Vec<(u8, UplinkId)>;
+
+/// The `[[uplink]]` sections: names, interfaces, next hops and DSCP pins.
+fn uplinks(
+    src: &Source<'_>,
+    sections: &[Spanned<UplinkSection>],
+) -> Result<(Vec<UplinkSettings>, DscpPins), ConfigError> {
+    let mut uplinks: Vec<UplinkSettings> = Vec::new();
+    let mut pins = Vec::new();
+    if sections.is_empty() || sections.len() > MAX_UPLINKS {
+        return Err(src.err_file(
+            format!("{} [[uplink]] sections", sections.len()),
+            format!("configure 1 to {MAX_UPLINKS} uplinks (2 or more to race)"),
+        ));
+    }
+    for (i, u) in sections.iter().enumerate() {
+        let at = u.span().start;
+        let u = u.get_ref();
+        if uplinks.iter().any(|x| x.name == u.name) {
+            return Err(src.err(
+                at,
+                format!("uplink name `{}` repeats", u.name),
+                "give each [[uplink]] its own name",
+            ));
+        }
+        if u.interface.is_empty() || u.interface.len() > 15 || u.interface.contains(['"', ' ', '/'])
+        {
+            return Err(src.err(
+                at,
+                format!("interface `{}` is not a valid name", u.interface),
+                "use the name `ip link` shows",
+            ));
+        }
+        let gateway = match &u.gateway {
+            None => None,
+            Some(g) => Some(g.get_ref().parse::<IpAddr>().map_err(|_| {
+                src.err(
+                    g.span().start,
+                    format!("gateway `{}` is not an IP address", g.get_ref()),
+                    "write the next hop's address, e.g. \"192.168.1.1\"",
+                )
+            })?),
+        };
+        if let Some(d) = &u.dscp {
+            if *d.get_ref() > 63 || pins.iter().any(|(p, _)| p == d.get_ref()) {
+                return Err(src.err(
+                    d.span().start,
+                    format!("dscp {} is out of range or pins two uplinks", d.get_ref()),
+                    "use a DSCP value 0..=63, once",
+                ));
+            }
+            pins.push((*d.get_ref(), UplinkId(i as u8)));
+        }
+        uplinks.push(UplinkSettings {
+            name: u.name.clone(),
+            interface: u.interface.clone(),
+            gateway,
+        });
+    }
+    Ok((uplinks, pins))
+}
+
+/// Whether the predictor learns once for all destinations or per destination.
+fn scope(src: &Source<'_>, r: &RaceSection) -> Result<Scope, ConfigError> {
+    Ok(
+        match r
+            .scope
+            .as_ref()
+            .map(|s| (s.get_ref().as_str(), s.span().start))
+        {
+            None | Some(("global", _)) => Scope::Global,
+            Some(("destination", _)) => Scope::Destination {
+                max_entries: DESTINATIONS,
+            },
+            Some((other, at)) => {
+                return Err(src.err(
+                    at,
+                    format!("unknown scope `{other}`"),
+                    "use \"global\" or \"destination\"",
+                ))
+            }
+        },
+    )
+}
+
+/// The LAN interfaces must be names `ip link` could show (they are written into rules).
+fn check_lan_interfaces(src: &Source<'_>, r: &RaceSection) -> Result<(), ConfigError> {
+    for l in &r.lan_interfaces {
+        if l.get_ref().is_empty() || l.get_ref().len() > 15 || l.get_ref().contains(['"', ' ', '/'])
+        {
+            return Err(src.err(
+                l.span().start,
+                format!("interface `{}` is not a valid name", l.get_ref()),
+                "use the name `ip link` shows",
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn predictor(
     src: &Source<'_>,
     r: &RaceSection,
@@ -312,12 +337,12 @@ fn predictor(
                 .map(|p| (p.get_ref().as_str(), p.span().start))
             {
                 None | Some(("wired", _)) => (
-                    multihome_proto::race::avmet::WIRED_ALPHA,
-                    multihome_proto::race::avmet::WIRED_DELAY_MS,
+                    crate::core::avmet::WIRED_ALPHA,
+                    crate::core::avmet::WIRED_DELAY_MS,
                 ),
                 Some(("wireless", _)) => (
-                    multihome_proto::race::avmet::WIRELESS_ALPHA,
-                    multihome_proto::race::avmet::WIRELESS_DELAY_MS,
+                    crate::core::avmet::WIRELESS_ALPHA,
+                    crate::core::avmet::WIRELESS_DELAY_MS,
                 ),
                 Some((other, at)) => {
                     return Err(src.err(

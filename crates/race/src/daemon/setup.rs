@@ -257,15 +257,25 @@ pub struct Interception {
 
 impl Interception {
     /// Installs policy routing for every uplink, the TPROXY routing and the nftables table.
+    /// On an error, what was installed so far is removed as the value drops.
     pub fn install(s: &RaceSettings, addrs: &[UplinkAddrs]) -> Result<Interception, SetupError> {
         let mut me = Interception { undo: Vec::new() };
+        me.tproxy_routing(s)?;
+        me.uplink_routing(s, addrs)?;
+        me.nft_table(s)?;
+        me.queue_to_daemon(s)?;
+        Ok(me)
+    }
+
+    /// Marked packets (the TPROXY'd connections) are delivered locally, per family.
+    fn tproxy_routing(&mut self, s: &RaceSettings) -> Result<(), SetupError> {
         let tproxy = s.table_base.to_string();
         let mark = format!("{MARK:#x}/{MARK:#x}");
         for (fam, local) in [("-4", "0.0.0.0/0"), ("-6", "::/0")] {
             // IPv6 is best effort: a host without it still races IPv4.
             let v6 = fam == "-6";
             let pref = RULE_PREF.to_string();
-            let res = me
+            let res = self
                 .add(
                     &[
                         "ip", fam, "rule", "add", "fwmark", &mark, "lookup", &tproxy, "pref", &pref,
@@ -275,7 +285,7 @@ impl Interception {
                     ],
                 )
                 .and_then(|_| {
-                    me.add(
+                    self.add(
                         &[
                             "ip", fam, "route", "replace", "local", local, "dev", "lo", "table",
                             &tproxy,
@@ -290,13 +300,22 @@ impl Interception {
                 tracing::warn!("IPv6 interception not installed: {e}");
             }
         }
+        Ok(())
+    }
+
+    /// One routing table per uplink, chosen by source address (and by mark for UDP flows).
+    fn uplink_routing(
+        &mut self,
+        s: &RaceSettings,
+        addrs: &[UplinkAddrs],
+    ) -> Result<(), SetupError> {
         for (i, (u, a)) in s.uplinks.iter().zip(addrs).enumerate() {
             let table = (s.table_base + 1 + i as u32).to_string();
             let pref = (RULE_PREF + 1 + i as u32).to_string();
             for (fam, addr) in [("-4", a.v4), ("-6", a.v6)] {
                 let Some(addr) = addr else { continue };
                 let from = addr.to_string();
-                me.add(
+                self.add(
                     &[
                         "ip", fam, "rule", "add", "from", &from, "lookup", &table, "pref", &pref,
                     ],
@@ -313,12 +332,12 @@ impl Interception {
                     route.extend(["via", gw]);
                 }
                 route.extend(["dev", &u.interface, "table", &table]);
-                me.add(&route, &["ip", fam, "route", "flush", "table", &table])?;
+                self.add(&route, &["ip", fam, "route", "flush", "table", &table])?;
                 if s.udp_flows {
                     // UDP flows marked for this uplink use its table.
                     let m = format!("{:#x}/{UPLINK_MARK_MASK:#x}", uplink_mark(i));
                     let pref = (RULE_PREF + 10 + i as u32).to_string();
-                    me.add(
+                    self.add(
                         &[
                             "ip", fam, "rule", "add", "fwmark", &m, "lookup", &table, "pref", &pref,
                         ],
@@ -329,15 +348,25 @@ impl Interception {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The nftables table: refusal, TPROXY, UDP marks, masquerade.
+    fn nft_table(&mut self, s: &RaceSettings) -> Result<(), SetupError> {
         let text = ruleset(&s.lan_interfaces, s.listen_port, s.udp_flows);
         run(&["nft", "-f", "-"], Some(&text))?;
-        me.undo.push(vec![
+        self.undo.push(vec![
             "nft".into(),
             "delete".into(),
             "table".into(),
             "inet".into(),
             TABLE.into(),
         ]);
+        Ok(())
+    }
+
+    /// The iptables rules that queue SYNs and new UDP flows to the daemon.
+    fn queue_to_daemon(&mut self, s: &RaceSettings) -> Result<(), SetupError> {
         // Last, so the chain that acts on the daemon's verdicts exists before any packet is
         // queued; first to go at cleanup.
         for tool in ["iptables", "ip6tables"] {
@@ -346,7 +375,7 @@ impl Interception {
                 add.extend(rule.iter().map(String::as_str));
                 let mut del = add.clone();
                 del[4] = "-D";
-                match me.add(&add, &del) {
+                match self.add(&add, &del) {
                     Ok(()) => {}
                     Err(SetupError::Command { cmd, stderr }) if tool == "iptables" => {
                         return Err(SetupError::Queue { cmd, stderr })
@@ -358,7 +387,7 @@ impl Interception {
                 }
             }
         }
-        Ok(me)
+        Ok(())
     }
 
     fn add(&mut self, cmd: &[&str], undo: &[&str]) -> Result<(), SetupError> {
@@ -409,7 +438,7 @@ mod tests {
     fn queue_rules_per_lan_and_protocol() {
         let text = "[race]\npredictor = \"race\"\nlan_interfaces = [\"lan0\", \"lan1\"]\n\
                     queue_num = 9\n[[uplink]]\nname = \"a\"\ninterface = \"u0\"\n";
-        let src = crate::config::Source {
+        let src = crate::daemon::source::Source {
             path: std::path::Path::new("race.toml"),
             text,
         };

@@ -23,9 +23,9 @@
 
 use super::predictor::Plan;
 use super::{UplinkId, MAX_UPLINKS};
-use crate::Instant;
 use arrayvec::ArrayVec;
 use core::time::Duration;
+use multihome_proto::Instant;
 use std::collections::VecDeque;
 
 /// What the driver must do.

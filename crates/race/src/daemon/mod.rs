@@ -3,7 +3,7 @@
 //!
 //! LAN hosts only use the gateway as their default route. Each new connection's SYN is
 //! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has
-//! no nftables `queue` statement) while the sans-IO core (`multihome_proto::race`) plans attempts, one
+//! no nftables `queue` statement) while the sans-IO core ([`crate::core`]) plans attempts, one
 //! socket per uplink bound to that uplink's device and address ([`attempt`]), and decides
 //! by the seed's rules ([`held`]). The losers are reset; the client's SYN is then let
 //! through to a transparent listener (nftables TPROXY, [`setup`]) and its connection is
@@ -12,15 +12,37 @@
 //! ECONNREFUSED, as if it had tried the destination itself. New UDP flows get one uplink
 //! each from the same predictor (a mark, conntrack, policy routing). `--replay` runs the
 //! same core offline over a recorded fetch dataset ([`replay`]) for the lab's evaluation.
+//!
+//! Dependencies among the modules point one way (no module imports one above it):
+//!
+//! ```text
+//! event_loop                      owns the state, starts the tasks, answers the control socket
+//!   ├─> held                      the queue side: holds SYNs, gives verdicts, marks UDP flows
+//!   │     └─> drive               one race over sockets, the relay of its winner
+//!   ├─> status                    reads the state into the status document
+//!   └─> drive, control, runtime
+//! held, drive, status ─> state    the shared types: Shared, Held, Slot
+//! state ─> config, setup, nfqueue, runtime
+//! attempt ─> setup ─> config ─> source;   replay ─> config (offline, virtual time)
+//! ```
+//!
+//! [`state`] holds what the tasks share ([`state::Shared`], [`state::Held`],
+//! [`state::Slot`]); [`event_loop`] creates and owns it; [`held`] (the queue side) and the
+//! accept loop carry races out with [`drive`]; [`status`] only reads it.
 
 pub mod attempt;
 pub mod config;
-pub mod daemon;
+pub mod control;
+pub mod drive;
+pub mod event_loop;
 pub mod held;
 pub mod nfqueue;
 pub mod replay;
+pub mod runtime;
 pub mod setup;
+pub mod source;
 pub mod splice;
+pub mod state;
 pub mod status;
 
 use anyhow::Result;
@@ -41,8 +63,8 @@ pub struct RaceArgs {
 
 /// Loads and validates the configuration.
 pub fn load(path: &std::path::Path) -> Result<config::RaceSettings> {
-    let text = crate::config::read_file(path)?;
-    let src = crate::config::Source { path, text: &text };
+    let text = source::read_file(path)?;
+    let src = source::Source { path, text: &text };
     Ok(config::validate(&src)?)
 }
 
@@ -51,6 +73,6 @@ pub fn run(args: RaceArgs) -> Result<()> {
     let settings = load(&args.config)?;
     match args.replay {
         Some(dataset) => replay::run(&settings, &dataset),
-        None => daemon::run(settings),
+        None => event_loop::run(settings),
     }
 }

@@ -2,7 +2,7 @@
 //! through whole races driven in virtual time.
 
 use super::*;
-use crate::race::conn::Action;
+use crate::core::conn::Action;
 use std::net::Ipv4Addr;
 
 fn t(ms: u64) -> Instant {

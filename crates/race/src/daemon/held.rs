@@ -2,7 +2,7 @@
 //! UDP flow's first packet from the LAN is queued here before the kernel answers or routes
 //! it.
 //!
-//! - A SYN of a new 4-tuple is held (`multihome_proto::race::SynHold`) and its race starts at once;
+//! - A SYN of a new 4-tuple is held ([`crate::core::SynHold`]) and its race starts at once;
 //!   the client sees nothing yet. Its retransmissions are dropped. When an uplink wins, the
 //!   flow waits in [`Shared::waiting`] and the held SYN is accepted: it continues to the
 //!   TPROXY rule, the kernel completes the client's handshake on the transparent listener,
@@ -20,12 +20,17 @@
 //! back once; every other one is answered where it is read); a won flow waits for its
 //! client at most [`ADMIT_TIMEOUT`], then its winner is reset; the gateway slot taken by
 //! `Gateway::begin` is released however the task ends.
+//!
+//! Dependencies: this module uses [`super::state`] (the shared types) and
+//! [`super::drive`] (a race over sockets, the relay); the event loop uses it to start the
+//! queue reader, and nothing here names the event loop.
 
 use super::attempt;
-use super::daemon::{drive, log_busy, relay, Shared, Slot};
+use super::drive::{drive, relay};
 use super::nfqueue::{Packet, Verdict};
 use super::setup::{uplink_mark, REFUSE_MARK, UPLINK_MARK_MASK};
-use multihome_proto::race::{classify, Flow, Race, RaceError, SynVerdict, Transport};
+use super::state::{Held, Shared, Slot};
+use crate::core::{classify, Flow, Race, RaceError, SynVerdict, Transport};
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -34,13 +39,6 @@ use tokio::sync::oneshot;
 /// The client's SYN is accepted at the decision, so this normally takes one LAN round trip;
 /// the margin covers a lost SYN-ACK or two (the listener retransmits at 1 s and 3 s).
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A held SYN: the kernel's packet id and the mark it was queued with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    id: u32,
-    mark: u32,
-}
 
 /// Reads the queue until the daemon stops.
 pub async fn queue_loop(sh: Rc<Shared>) {
@@ -133,7 +131,7 @@ fn on_syn(sh: &Rc<Shared>, flow: Flow, dscp: u8, p: Packet) {
                 }
                 Err(e) => {
                     match e {
-                        RaceError::Busy { limit } => log_busy(sh, limit),
+                        RaceError::Busy { limit } => sh.log_busy(limit),
                         other => tracing::warn!("{} -> {}: {other}", flow.client, flow.dst),
                     }
                     if let Some(h) = sh.hold.borrow_mut().refuse(flow) {
@@ -145,7 +143,7 @@ fn on_syn(sh: &Rc<Shared>, flow: Flow, dscp: u8, p: Packet) {
         SynVerdict::Drop(h) => verdict(sh, h.id, Verdict::Drop, None),
         SynVerdict::Accept(h) => accept(sh, h),
         SynVerdict::Busy(h) => {
-            log_busy(sh, sh.hold.borrow().capacity());
+            sh.log_busy(sh.hold.borrow().capacity());
             refuse(sh, h);
         }
     }

@@ -2,7 +2,7 @@
 //! of the invariants over random event sequences.
 
 use super::*;
-use crate::race::predictor::{Plan, PlannedAttempt};
+use crate::core::predictor::{Plan, PlannedAttempt};
 use proptest::prelude::*;
 
 const U0: UplinkId = UplinkId(0);

@@ -14,8 +14,8 @@
 //! "outcome"}` (`uplink` and `seconds` null when the client would have been refused).
 
 use super::config::RaceSettings;
+use crate::core::{AttemptState, Gateway, Outcome, Race, UplinkId};
 use anyhow::{bail, Context, Result};
-use multihome_proto::race::{AttemptState, Gateway, Outcome, Race, UplinkId};
 use multihome_proto::Instant;
 use serde::Deserialize;
 use serde_json::json;
@@ -161,7 +161,7 @@ pub fn run(settings: &RaceSettings, dataset: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use multihome_proto::race::{GatewayConfig, PredictorConfig, Scope};
+    use crate::core::{GatewayConfig, PredictorConfig, Scope};
 
     fn gw(p: PredictorConfig) -> Gateway {
         let cfg = GatewayConfig {

@@ -15,8 +15,8 @@
 use super::conn::{AttemptState, Outcome, Race};
 use super::predictor::{Plan, Predictor, PredictorConfig};
 use super::{RaceError, UplinkId, MAX_UPLINKS};
-use crate::Instant;
 use core::time::Duration;
+use multihome_proto::Instant;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::HashMap;

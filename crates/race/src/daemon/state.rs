@@ -1,0 +1,113 @@
+//! The daemon's shared state: what the event loop owns and every connection task, the
+//! queue reader and the status document borrow.
+//!
+//! This module sits at the bottom of the daemon's dependency order: it names the types the
+//! others share ([`Shared`], [`Held`], [`Slot`]) and imports none of the modules that use
+//! them. Invariants: the state lives on one thread (`Rc`, `RefCell`, `Cell`); a `RefCell`
+//! is borrowed only between awaits, never across one, so no borrow can collide; every
+//! connection that took a gateway slot holds a [`Slot`], which gives it back on drop.
+
+use super::config::RaceSettings;
+use super::nfqueue::NfQueue;
+use super::runtime::Clock;
+use super::setup::UplinkAddrs;
+use crate::core::{Flow, Gateway, SynHold};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+/// How often at most the "connection limit reached" line is logged.
+const BUSY_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// A held SYN: the kernel's packet id and the mark it was queued with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// The queued packet's id (what a verdict names).
+    pub id: u32,
+    /// Its netfilter mark when queued (kept when a refusal adds its own bit).
+    pub mark: u32,
+}
+
+/// State shared by the connection tasks.
+pub struct Shared {
+    /// The sans-IO core.
+    pub gw: RefCell<Gateway>,
+    /// Core time.
+    pub clock: Clock,
+    /// Settings.
+    pub settings: RaceSettings,
+    /// Uplink addresses found at start-up.
+    pub addrs: Vec<UplinkAddrs>,
+    /// Bytes relayed (client → origin, origin → client) by finished connections.
+    pub relayed: Cell<(u64, u64)>,
+    /// Connections relayed now.
+    pub relaying: Cell<u64>,
+    /// The netfilter queue (held SYNs, first packets of UDP flows), when enabled.
+    pub queue: Option<AsyncFd<NfQueue>>,
+    /// Held and admitted SYNs.
+    pub hold: RefCell<SynHold<Held>>,
+    /// Admitted flows waiting for the listener to accept the client's connection.
+    pub waiting: RefCell<HashMap<Flow, oneshot::Sender<TcpStream>>>,
+    /// Connections accepted without a held SYN (raced after the accept).
+    pub unheld: Cell<u64>,
+    last_busy_log: Cell<Option<std::time::Instant>>,
+}
+
+impl Shared {
+    /// The state at start-up: no connection yet, every counter zero.
+    pub fn new(
+        gw: Gateway,
+        clock: Clock,
+        settings: RaceSettings,
+        addrs: Vec<UplinkAddrs>,
+        queue: Option<AsyncFd<NfQueue>>,
+    ) -> Shared {
+        let hold = SynHold::new(settings.gateway.max_connections);
+        Shared {
+            gw: RefCell::new(gw),
+            clock,
+            settings,
+            addrs,
+            relayed: Cell::new((0, 0)),
+            relaying: Cell::new(0),
+            queue,
+            hold: RefCell::new(hold),
+            waiting: RefCell::new(HashMap::new()),
+            unheld: Cell::new(0),
+            last_busy_log: Cell::new(None),
+        }
+    }
+
+    /// Logs (at most every [`BUSY_LOG_EVERY`]) that new connections are being refused: a
+    /// flood of refusals must not become a flood of log lines.
+    pub fn log_busy(&self, limit: usize) {
+        let now = std::time::Instant::now();
+        if self
+            .last_busy_log
+            .get()
+            .is_none_or(|t| now.duration_since(t) >= BUSY_LOG_EVERY)
+        {
+            self.last_busy_log.set(Some(now));
+            let refused = self.gw.borrow().status().busy_refusals + self.hold.borrow().busy();
+            tracing::warn!(
+                "connection limit reached: {limit} connections are being raced or relayed; new \
+                 connections are refused until some finish ({refused} so far). Raise \
+                 max_connections in [race] if the host has the file descriptors"
+            );
+        }
+    }
+}
+
+/// Frees the connection's slot in the gateway however the task ends (finished, failed,
+/// or aborted at shutdown).
+pub struct Slot(pub Rc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.gw.borrow_mut().release();
+    }
+}
