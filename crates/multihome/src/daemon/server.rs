@@ -1,18 +1,17 @@
-//! `multihome server`: one UDP socket for all clients, a TUN device, NAT to the uplink,
-//! driving `multihome_proto::Server`.
+//! `multihome server`: set-up of one UDP socket for all clients, a TUN device, routes to
+//! the peers' prefixes, NAT to the uplink and the `multihome_proto::Server` core, then
+//! [`super::driver::Driver`] runs them. The NAT rules live exactly as long as the loop.
 
-use super::{
-    block_on, drain, read_tun, register, setup_tun, shutdown_signal, Clock, TunWriter, TxBatch,
-    BUF_BYTES,
-};
+use super::driver::{Driver, NoWatch, Services};
+use super::io::ListenBind;
+use super::{block_on, register, setup_tun, shutdown_signal, Clock};
 use crate::config::{self, ConfigError, ServerSettings, Source};
 use crate::control::ControlSocket;
 use anyhow::{Context, Result};
-use multihome_io::udp::{LinkSocket, RecvBuf};
+use multihome_io::udp::LinkSocket;
 use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig};
 use multihome_proto::session::SessionConfig;
 use std::path::Path;
-use tokio::io::unix::AsyncFd;
 
 /// Loads and checks the config, then runs until SIGINT/SIGTERM.
 pub fn run(path: &Path) -> Result<()> {
@@ -40,6 +39,32 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         LinkSocket::bind(None, s.listen).with_context(|| format!("listening on {}", s.listen))?,
     )?;
     let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
+    add_routes(&s)?;
+    // Removes the NAT rules when dropped, at the end of this function.
+    let _nat = match &s.uplink {
+        Some((up, _)) => Some(
+            multihome_io::nat::Masquerade::install("multihome", up, &s.tun_name)
+                .with_context(|| format!("installing NAT out of {up}"))?,
+        ),
+        None => None,
+    };
+    let core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
+    let services = Services {
+        control: Some(ControlSocket::bind(&s.control_socket)?),
+        metrics: super::bind_metrics(s.metrics_listen).await?,
+    };
+    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
+    let mut driver = Driver::new(core, tun, ListenBind::new(sock), clock);
+    driver
+        .run(&services, &mut NoWatch, shutdown_signal())
+        .await?;
+    tracing::info!("shutting down (removing NAT)");
+    Ok(())
+}
+
+/// Routes each peer's allowed prefixes into the TUN device (those outside the device's
+/// own subnet, which is routed already).
+fn add_routes(s: &ServerSettings) -> Result<()> {
     let tun_net = s.tun_address.trunc();
     for p in &s.peers {
         for net in &p.allowed_ips {
@@ -50,108 +75,27 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
             }
         }
     }
-    let _nat = match &s.uplink {
-        Some((up, _)) => Some(
-            multihome_io::nat::Masquerade::install("multihome", up, &s.tun_name)
-                .with_context(|| format!("installing NAT out of {up}"))?,
-        ),
-        None => None,
-    };
-    let mut core = Server::with_rng_seed(
-        ServerConfig {
-            local_key: key,
-            peers: s
-                .peers
-                .iter()
-                .map(|p| PeerConfig {
-                    name: p.name.clone(),
-                    public_key: p.public_key,
-                    allowed_ips: p.allowed_ips.clone(),
-                })
-                .collect(),
-            session: SessionConfig {
-                detect: s.detect,
-                max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
-                ..SessionConfig::default()
-            },
-            default_policy: s.default_policy,
-            ciphers: s.ciphers,
-        },
-        super::os_seed()?,
-    );
-    let control = ControlSocket::bind(&s.control_socket)?;
-    let metrics = super::bind_metrics(s.metrics_listen).await?;
-    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
-    let mut batch = TxBatch::new();
-    let mut tun_writer = TunWriter::default();
-    let mut frame = vec![0u8; BUF_BYTES + multihome_io::tun::VNET_HDR_LEN];
-    let mut scratch = Vec::new();
-    let mut rbufs: Vec<RecvBuf> = (0..32).map(|_| RecvBuf::new(BUF_BYTES)).collect();
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        flush(&clock, &mut core, &sock, &tun, &mut batch, &mut tun_writer);
-        let sleep = tokio::time::sleep_until(clock.deadline(core.poll_timeout()));
-        tokio::select! {
-            _ = &mut shutdown => break,
-            _ = sleep => core.handle_timeout(clock.now()),
-            g = tun.readable() => {
-                let mut g = g?;
-                drain(&mut g, |t| {
-                    let now = clock.now();
-                    read_tun(t, &mut frame, &mut scratch, |p| core.handle_tun_packet(now, p))
-                });
-            }
-            g = sock.readable() => {
-                let mut g = g?;
-                drain(&mut g, |sock| {
-                    let n = sock.recv_batch(&mut rbufs)?;
-                    let now = clock.now();
-                    for rb in &mut rbufs[..n] {
-                        let from = rb.source();
-                        core.handle_datagram(now, from, rb.packet_mut());
-                    }
-                    Ok(())
-                });
-            }
-            c = control.accept() => {
-                if let Ok(stream) = c {
-                    crate::control::reply(stream, crate::status::server_status(&core).to_string());
-                }
-            }
-            m = async { metrics.as_ref().expect("guarded").accept().await }, if metrics.is_some() => {
-                if let Ok((stream, _)) = m {
-                    crate::metrics::reply(stream, crate::metrics::render(&crate::status::server_status(&core)));
-                }
-            }
-        }
-    }
-    tracing::info!("shutting down (removing NAT)");
     Ok(())
 }
 
-fn flush(
-    clock: &Clock,
-    core: &mut Server,
-    sock: &AsyncFd<LinkSocket>,
-    tun: &AsyncFd<multihome_io::tun::Tun>,
-    batch: &mut TxBatch,
-    tun_writer: &mut TunWriter,
-) {
-    let now = clock.now();
-    let send = |b: &mut TxBatch| {
-        b.send(
-            |_| Some(sock.get_ref()),
-            |_, e| tracing::debug!("send: {e}"),
-        );
-    };
-    let mut build = |buf: &mut [u8]| core.poll_transmit(now, buf).map(|t| (0, t.dst, t.len));
-    while batch.fill(&mut build) {
-        send(batch);
-    }
-    send(batch);
-    tun_writer.write_all(tun, |buf| core.poll_deliver(buf));
-    while let Some((peer, e)) = core.poll_event() {
-        tracing::info!(peer, event = ?e, "session event");
+fn server_config(s: &ServerSettings, key: multihome_proto::crypto::StaticSecret) -> ServerConfig {
+    ServerConfig {
+        local_key: key,
+        peers: s
+            .peers
+            .iter()
+            .map(|p| PeerConfig {
+                name: p.name.clone(),
+                public_key: p.public_key,
+                allowed_ips: p.allowed_ips.clone(),
+            })
+            .collect(),
+        session: SessionConfig {
+            detect: s.detect,
+            max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
+            ..SessionConfig::default()
+        },
+        default_policy: s.default_policy,
+        ciphers: s.ciphers,
     }
 }

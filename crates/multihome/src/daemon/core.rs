@@ -1,0 +1,174 @@
+//! What the driver needs from a sans-IO core: one trait over
+//! `multihome_proto::endpoint::Client` (wrapped in [`ClientCore`], which adds the link
+//! names for the status document and remembers whether the session was established, to
+//! log the change) and `multihome_proto::endpoint::Server`.
+//!
+//! The two endpoints differ in small ways the trait irons out: the client's
+//! `handle_datagram` takes the link a datagram came on, the server's does not (it keys on
+//! the sender; the server impl ignores the link); the client sends each datagram from its
+//! path's socket, the server from its only socket (number 0); only the client has links to
+//! lose and a session to close.
+//!
+//! `poll_deliver` writes into the caller's buffer (the driver keeps one of `BUF_BYTES`,
+//! reused for every packet), as the endpoints' own does.
+
+use multihome_proto::endpoint::{Client, Server};
+use multihome_proto::path::PathId;
+use multihome_proto::Instant;
+use std::net::SocketAddr;
+
+/// A datagram the core built: which socket sends it, to where, how long it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The socket's number in the bind (client: the link's `PathId`; server: 0).
+    pub socket: usize,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// Length of the datagram at the front of the buffer.
+    pub len: usize,
+}
+
+/// The sans-IO core as the driver sees it. All methods are the endpoints' own, except
+/// `link_gone`, `log_events` and `status`.
+pub trait Core {
+    /// A datagram that arrived on socket `link` from `from` (decrypted in place).
+    fn handle_datagram(&mut self, now: Instant, link: PathId, from: SocketAddr, buf: &mut [u8]);
+    /// An IP packet read from the device.
+    fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]);
+    /// Builds the next datagram into `buf`.
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Outgoing>;
+    /// Writes the next IP packet for the device into `buf` and returns its length (a packet
+    /// larger than `buf` is dropped and counted, and the next one tried).
+    fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize>;
+    /// The next time `handle_timeout` has work.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Runs due timers.
+    fn handle_timeout(&mut self, now: Instant);
+    /// Socket `link` is gone (its interface vanished): stop using the link.
+    fn link_gone(&mut self, now: Instant, link: PathId);
+    /// Drains the core's events into the log.
+    fn log_events(&mut self);
+    /// The status document served on the control socket and rendered as metrics.
+    fn status(&self) -> serde_json::Value;
+    /// Starts closing: queues CLOSE where the role sends one (then flush).
+    fn close(&mut self);
+}
+
+/// The client endpoint with what the daemon adds: link names (status) and the last
+/// established state (the log says when it changes).
+pub struct ClientCore {
+    /// The endpoint.
+    pub client: Client,
+    link_names: Vec<String>,
+    was_established: bool,
+}
+
+impl ClientCore {
+    /// Wraps `client`, whose links are named `link_names` in `PathId` order.
+    pub fn new(client: Client, link_names: Vec<String>) -> Self {
+        ClientCore {
+            client,
+            link_names,
+            was_established: false,
+        }
+    }
+}
+
+impl Core for ClientCore {
+    fn handle_datagram(&mut self, now: Instant, link: PathId, from: SocketAddr, buf: &mut [u8]) {
+        self.client.handle_datagram(now, link, from, buf);
+    }
+
+    fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]) {
+        self.client.handle_tun_packet(now, packet);
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Outgoing> {
+        self.client.poll_transmit(now, buf).map(|t| Outgoing {
+            socket: t.path.0 as usize,
+            dst: t.dst,
+            len: t.len,
+        })
+    }
+
+    fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.client.poll_deliver(buf)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.client.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.client.handle_timeout(now);
+    }
+
+    fn link_gone(&mut self, now: Instant, link: PathId) {
+        self.client.set_link_available(now, link, false);
+    }
+
+    fn log_events(&mut self) {
+        while let Some(e) = self.client.poll_event() {
+            tracing::info!(event = ?e, "session event");
+        }
+        if self.client.is_established() != self.was_established {
+            self.was_established = self.client.is_established();
+            tracing::info!(established = self.was_established, "session");
+        }
+    }
+
+    fn status(&self) -> serde_json::Value {
+        crate::status::client_status(&self.client, &self.link_names)
+    }
+
+    fn close(&mut self) {
+        self.client.close();
+    }
+}
+
+impl Core for Server {
+    fn handle_datagram(&mut self, now: Instant, _link: PathId, from: SocketAddr, buf: &mut [u8]) {
+        Server::handle_datagram(self, now, from, buf);
+    }
+
+    fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]) {
+        Server::handle_tun_packet(self, now, packet);
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Outgoing> {
+        Server::poll_transmit(self, now, buf).map(|t| Outgoing {
+            socket: 0,
+            dst: t.dst,
+            len: t.len,
+        })
+    }
+
+    fn poll_deliver(&mut self, buf: &mut [u8]) -> Option<usize> {
+        Server::poll_deliver(self, buf)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Server::poll_timeout(self)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Server::handle_timeout(self, now);
+    }
+
+    /// The server's socket never goes (see `ListenBind::send_failed`).
+    fn link_gone(&mut self, _now: Instant, _link: PathId) {}
+
+    fn log_events(&mut self) {
+        while let Some((peer, e)) = self.poll_event() {
+            tracing::info!(peer, event = ?e, "session event");
+        }
+    }
+
+    fn status(&self) -> serde_json::Value {
+        crate::status::server_status(self)
+    }
+
+    /// `Server` has no CLOSE to send: its clients detect a stopped server by silence and
+    /// keep retrying the handshake, so a restarted one is found again.
+    fn close(&mut self) {}
+}

@@ -1,0 +1,274 @@
+//! The one event loop of both daemons: it owns a [`Core`], a [`PacketDevice`] and a
+//! [`DatagramBind`] and moves bytes between them, on a tokio current-thread runtime.
+//!
+//! Each turn: flush (everything the core wants to send, batched per socket with one
+//! `sendmmsg` each; everything it has to deliver, coalesced by the device; its events
+//! logged), then wait for the first of: shutdown, the core's deadline, the device readable,
+//! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control
+//! or metrics connection. Reads drain a ready source until "would block" or
+//! [`READ_BUDGET`] batches, so one busy source cannot starve the others (readiness stays
+//! set when the budget runs out, and the loop comes straight back).
+//!
+//! Invariants: one thread owns the core, so nothing is locked; nothing allocates per packet
+//! (the datagram and delivery buffers are allocated once, here or in the I/O types); the
+//! core's clock is read once per batch; the loop decides nothing about scheduling — that is
+//! all in `multihome_proto`.
+//!
+//! The driver knows no fds: with the in-memory [`super::mem`] implementations it runs a
+//! real client and server in one process without root (the test in
+//! `tests/driver.rs`), which is also the base for a load generator.
+
+use super::core::{Core, Outgoing};
+use super::io::{DatagramBind, PacketDevice};
+use super::{Clock, BUF_BYTES, READ_BUDGET};
+use crate::control::ControlSocket;
+use anyhow::Result;
+use multihome_io::udp::BATCH_MAX;
+use multihome_proto::path::PathId;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::task::{Context, Poll};
+
+/// A role-specific source of events the loop also waits on.
+pub trait Watch<C, B> {
+    /// Ready when there is something to handle (an implementation may read it here).
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// Handles it, with the core and the bind at hand.
+    fn handle(&mut self, clock: &Clock, core: &mut C, bind: &mut B);
+}
+
+/// No role-specific source (the server, tests).
+pub struct NoWatch;
+
+impl<C, B> Watch<C, B> for NoWatch {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Pending
+    }
+
+    fn handle(&mut self, _clock: &Clock, _core: &mut C, _bind: &mut B) {}
+}
+
+/// The listeners that serve the core's status document; both optional (tests have none).
+#[derive(Default)]
+pub struct Services {
+    /// The control socket (`multihome status`).
+    pub control: Option<ControlSocket>,
+    /// The Prometheus listener.
+    pub metrics: Option<tokio::net::TcpListener>,
+}
+
+/// Datagrams built but not yet sent, sent with one `sendmmsg` per run of one socket.
+pub struct TxBatch {
+    bufs: Vec<Box<[u8]>>,
+    meta: Vec<Outgoing>,
+}
+
+impl Default for TxBatch {
+    fn default() -> Self {
+        TxBatch {
+            bufs: (0..BATCH_MAX)
+                .map(|_| vec![0u8; BUF_BYTES].into_boxed_slice())
+                .collect(),
+            meta: Vec::with_capacity(BATCH_MAX),
+        }
+    }
+}
+
+impl TxBatch {
+    /// Builds datagrams with `build` until it has none or the batch is full; true when it
+    /// stopped because the batch is full (send, then fill again).
+    pub fn fill(&mut self, mut build: impl FnMut(&mut [u8]) -> Option<Outgoing>) -> bool {
+        while let Some(buf) = self.bufs.get_mut(self.meta.len()) {
+            match build(buf) {
+                Some(m) => self.meta.push(m),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Sends everything, one `send` per run of consecutive datagrams of one socket; the
+    /// numbers of sockets found gone are pushed on `gone`. Failed datagrams are dropped.
+    pub fn send(&mut self, bind: &mut impl DatagramBind, gone: &mut Vec<usize>) {
+        // On the stack: the batch holds at most BATCH_MAX datagrams.
+        let unset = (SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)), &[][..]);
+        let mut msgs = [unset; BATCH_MAX];
+        let mut start = 0;
+        while start < self.meta.len() {
+            let sock = self.meta[start].socket;
+            let end = self.meta[start..]
+                .iter()
+                .position(|m| m.socket != sock)
+                .map_or(self.meta.len(), |p| start + p);
+            for (slot, i) in msgs.iter_mut().zip(start..end) {
+                *slot = (self.meta[i].dst, &self.bufs[i][..self.meta[i].len]);
+            }
+            let run = &msgs[..end - start];
+            let mut sent = 0;
+            while sent < run.len() {
+                match bind.send(sock, &run[sent..]) {
+                    Ok(0) => break,
+                    Ok(n) => sent += n,
+                    Err(e) => {
+                        if bind.send_failed(sock, &e) {
+                            gone.push(sock);
+                        }
+                        sent += 1; // skip the datagram that failed
+                    }
+                }
+            }
+            start = end;
+        }
+        self.meta.clear();
+    }
+}
+
+/// The loop's state: the core, its I/O, and the buffers reused on every turn.
+pub struct Driver<C, D, B> {
+    /// The sans-IO core.
+    pub core: C,
+    /// IP packets in and out.
+    pub device: D,
+    /// Datagrams in and out.
+    pub bind: B,
+    /// The core's time.
+    pub clock: Clock,
+    tx: TxBatch,
+    /// `poll_deliver`'s output, one packet at a time.
+    deliver: Box<[u8]>,
+    /// Sockets found gone while sending, reported to the core after the sends.
+    gone: Vec<usize>,
+}
+
+impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
+    /// A driver; nothing runs until [`Driver::run`].
+    pub fn new(core: C, device: D, bind: B, clock: Clock) -> Self {
+        Driver {
+            core,
+            device,
+            bind,
+            clock,
+            tx: TxBatch::default(),
+            deliver: vec![0u8; BUF_BYTES].into_boxed_slice(),
+            gone: Vec::new(),
+        }
+    }
+
+    /// Runs until `shutdown` resolves (then returns without closing: see
+    /// [`Driver::close`]), or a device or watch error.
+    pub async fn run(
+        &mut self,
+        services: &Services,
+        watch: &mut impl Watch<C, B>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<()> {
+        tokio::pin!(shutdown);
+        loop {
+            self.flush();
+            let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
+            let (device, bind) = (&mut self.device, &mut self.bind);
+            // select! drops every branch's future before running a handler, so the
+            // handlers may use what the futures borrowed.
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = sleep => self.core.handle_timeout(self.clock.now()),
+                r = poll_fn(|cx| device.poll_readable(cx)) => {
+                    r?;
+                    self.read_device();
+                }
+                i = poll_fn(|cx| bind.poll_readable(cx)) => self.read_bind(i),
+                r = poll_fn(|cx| watch.poll_ready(cx)) => {
+                    r?;
+                    watch.handle(&self.clock, &mut self.core, &mut self.bind);
+                }
+                c = accept_control(services), if services.control.is_some() => {
+                    if let Ok(stream) = c {
+                        crate::control::reply(stream, self.core.status().to_string());
+                    }
+                }
+                m = accept_metrics(services), if services.metrics.is_some() => {
+                    if let Ok((stream, _)) = m {
+                        let text = crate::metrics::render(&self.core.status());
+                        crate::metrics::reply(stream, text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the core's session (CLOSE where the role sends one) and sends it.
+    pub fn close(&mut self) {
+        self.core.close();
+        self.flush();
+    }
+
+    /// Sends everything the core has queued (batched per socket), tells it of sockets
+    /// that vanished, delivers everything it has received, and logs its events.
+    pub fn flush(&mut self) {
+        let now = self.clock.now();
+        let core = &mut self.core;
+        let mut build = |buf: &mut [u8]| core.poll_transmit(now, buf);
+        while self.tx.fill(&mut build) {
+            self.tx.send(&mut self.bind, &mut self.gone);
+        }
+        self.tx.send(&mut self.bind, &mut self.gone);
+        for i in self.gone.drain(..) {
+            self.core.link_gone(now, PathId(i as u8));
+        }
+        while let Some(n) = self.core.poll_deliver(&mut self.deliver) {
+            self.device.write_packet(&self.deliver[..n]);
+        }
+        self.device.flush();
+        self.core.log_events();
+    }
+
+    /// Drains the device into the core.
+    fn read_device(&mut self) {
+        let (core, clock) = (&mut self.core, &self.clock);
+        drain(|| {
+            let now = clock.now();
+            self.device.read_packets(|p| core.handle_tun_packet(now, p))
+        });
+    }
+
+    /// Drains socket `sock` into the core.
+    fn read_bind(&mut self, sock: usize) {
+        let (core, clock) = (&mut self.core, &self.clock);
+        let link = PathId(sock as u8);
+        drain(|| {
+            // The time of arrival is read once the batch is in, not before the call.
+            let mut now = None;
+            self.bind
+                .recv(sock, |from, buf| {
+                    let now = *now.get_or_insert_with(|| clock.now());
+                    core.handle_datagram(now, link, from, buf);
+                })
+                .map(drop)
+        });
+    }
+}
+
+/// Calls `read` until the source says "would block" (which clears its readiness, so the
+/// next wait blocks), fails, or [`READ_BUDGET`] batches were read (readiness stays set,
+/// so the loop comes back at once after serving the others).
+fn drain(mut read: impl FnMut() -> io::Result<()>) {
+    for _ in 0..READ_BUDGET {
+        match read() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                tracing::debug!("read error: {e}");
+                break;
+            }
+        }
+    }
+}
+
+async fn accept_control(s: &Services) -> io::Result<tokio::net::UnixStream> {
+    s.control.as_ref().expect("guarded").accept().await
+}
+
+async fn accept_metrics(s: &Services) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    s.metrics.as_ref().expect("guarded").accept().await
+}
