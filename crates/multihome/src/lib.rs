@@ -4,8 +4,10 @@
 //! the `multihome_race` crate, which `main.rs` calls.
 
 pub mod config;
-pub mod control;
 pub mod daemon;
 pub mod keyfile;
 pub mod metrics;
 pub mod status;
+
+/// The control socket `multihome status` reads (shared by every daemon).
+pub use multihome_runtime::control;

@@ -13,93 +13,9 @@ pub mod server;
 pub use client::ClientSettings;
 pub use server::ServerSettings;
 
-use std::path::{Path, PathBuf};
+pub use multihome_runtime::config::{read_file, relative_to, ConfigError, Source};
 
-/// A configuration problem, located.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}:{line}: {message}\n  fix: {fix}")]
-pub struct ConfigError {
-    /// The config file.
-    pub file: PathBuf,
-    /// 1-based line (0 when the whole file is concerned).
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-    /// What to do about it.
-    pub fix: String,
-}
-
-/// Source text plus its path, for turning byte spans into line numbers.
-pub struct Source<'a> {
-    /// File path (for messages).
-    pub path: &'a Path,
-    /// File contents.
-    pub text: &'a str,
-}
-
-impl Source<'_> {
-    /// An error at byte offset `at`.
-    pub fn err(
-        &self,
-        at: usize,
-        message: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> ConfigError {
-        let line = self.text[..at.min(self.text.len())].matches('\n').count() + 1;
-        ConfigError {
-            file: self.path.to_path_buf(),
-            line,
-            message: message.into(),
-            fix: fix.into(),
-        }
-    }
-
-    /// An error about the file as a whole.
-    pub fn err_file(&self, message: impl Into<String>, fix: impl Into<String>) -> ConfigError {
-        ConfigError {
-            file: self.path.to_path_buf(),
-            line: 0,
-            message: message.into(),
-            fix: fix.into(),
-        }
-    }
-
-    /// Parses TOML into `T`, turning syntax and schema errors into located errors.
-    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        toml::from_str(self.text).map_err(|e| {
-            let at = e.span().map_or(0, |s| s.start);
-            let msg = e.message().to_string();
-            let fix = if msg.contains("unknown field") {
-                "remove or correct the key; docs/CONFIG.md lists every key".to_string()
-            } else if msg.contains("missing field") {
-                "add the key; see the examples in examples/".to_string()
-            } else {
-                "correct the value's syntax or type (see docs/CONFIG.md)".to_string()
-            };
-            self.err(at, msg, fix)
-        })
-    }
-}
-
-/// Reads a config file, with a located error if it cannot be read.
-pub fn read_file(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: path.to_path_buf(),
-        line: 0,
-        message: format!("cannot read the config file: {e}"),
-        fix: "check the path given to --config and its permissions".into(),
-    })
-}
-
-/// Resolves a path in the config relative to the config file's folder.
-pub fn relative_to(config: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        config.parent().unwrap_or(Path::new(".")).join(p)
-    }
-}
+use std::path::Path;
 
 /// Reads a base64 private key file (as written by `multihome keygen`).
 pub fn read_private_key(

@@ -23,8 +23,6 @@ pub mod server;
 
 use anyhow::{Context, Result};
 use multihome_io::tun::Tun;
-use multihome_proto::Instant;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -33,54 +31,7 @@ pub const BUF_BYTES: usize = 65_536;
 /// Most packets read from one fd per wake-up, so one busy fd cannot starve the others.
 pub const READ_BUDGET: usize = 256;
 
-impl Default for Clock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Maps the monotonic clock to the core's `Instant` (µs since start).
-pub struct Clock {
-    start: std::time::Instant,
-    tokio_start: tokio::time::Instant,
-    /// Wall-clock µs at start (handshake timestamps).
-    pub epoch_us: u64,
-}
-
-impl Clock {
-    /// Starts the clock now.
-    pub fn new() -> Self {
-        Clock {
-            start: std::time::Instant::now(),
-            tokio_start: tokio::time::Instant::now(),
-            epoch_us: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_micros() as u64)
-                .unwrap_or(0),
-        }
-    }
-
-    /// The core's current time.
-    pub fn now(&self) -> Instant {
-        Instant::from_micros(self.start.elapsed().as_micros() as u64)
-    }
-
-    /// A core deadline as a tokio instant (far future when there is none).
-    pub fn deadline(&self, t: Option<Instant>) -> tokio::time::Instant {
-        match t {
-            Some(t) => self.tokio_start + Duration::from_micros(t.as_micros()),
-            None => tokio::time::Instant::now() + Duration::from_secs(3600),
-        }
-    }
-}
-
-/// 32 bytes from the OS RNG: the seed of the core's RNG, which makes the handshakes'
-/// ephemeral keys, so it must be unpredictable.
-pub fn os_seed() -> Result<[u8; 32]> {
-    let mut seed = [0u8; 32];
-    getrandom::getrandom(&mut seed).map_err(|e| anyhow::anyhow!("reading the OS RNG: {e}"))?;
-    Ok(seed)
-}
+pub use multihome_runtime::{block_on, os_seed, shutdown_signal, Clock};
 
 /// Binds the optional Prometheus listener.
 pub async fn bind_metrics(
@@ -119,24 +70,4 @@ pub fn setup_tun(name: &str, mtu: u32, addr: ipnet::IpNet) -> Result<io::TunDevi
     tun.set_address(addr)
         .with_context(|| format!("setting {addr} on {name}"))?;
     Ok(io::TunDevice::new(register(tun)?))
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-}
-
-/// Builds the current-thread runtime and runs `fut` on a LocalSet.
-pub fn block_on<F: std::future::Future<Output = Result<()>>>(fut: F) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    tokio::task::LocalSet::new().block_on(&rt, fut)
 }

@@ -33,8 +33,8 @@
 //! Invariant: everything that can be checked without the machine is checked here; the
 //! daemon checks interfaces and addresses at start-up.
 
-use super::source::{ConfigError, Source};
 use crate::core::{GatewayConfig, PredictorConfig, Scope, UplinkId, MAX_UPLINKS};
+use multihome_runtime::config::{ConfigError, Source};
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

@@ -19,15 +19,15 @@
 
 use super::attempt;
 use super::config::RaceSettings;
-use super::control::{self, ControlSocket};
 use super::drive::{drive, relay};
 use super::held;
 use super::nfqueue::NfQueue;
-use super::runtime::{block_on, os_seed, shutdown_signal, Clock};
 use super::setup::{self, Interception};
 use super::state::{Shared, Slot};
 use crate::core::{Flow, Gateway, RaceError};
 use anyhow::{Context, Result};
+use multihome_runtime::control::{self, ControlSocket};
+use multihome_runtime::{block_on, os_seed, shutdown_signal, Clock};
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
@@ -61,7 +61,10 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         let control = ControlSocket::bind(&settings.control_socket)?;
         let seed = match settings.seed {
             Some(s) => s,
-            None => os_seed()?,
+            None => {
+                let s = os_seed()?;
+                u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]])
+            }
         };
         let clock = Clock::new();
         let gw = Gateway::new(settings.gateway.clone(), seed, clock.now())?;

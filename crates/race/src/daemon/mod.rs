@@ -20,10 +20,16 @@
 //!   ├─> held                      the queue side: holds SYNs, gives verdicts, marks UDP flows
 //!   │     └─> drive               one race over sockets, the relay of its winner
 //!   ├─> status                    reads the state into the status document
-//!   └─> drive, control, runtime
+//!   └─> drive
 //! held, drive, status ─> state    the shared types: Shared, Held, Slot
-//! state ─> config, setup, nfqueue, runtime
-//! attempt ─> setup ─> config ─> source;   replay ─> config (offline, virtual time)
+//! state ─> config, setup, nfqueue
+//! attempt ─> setup ─> config;   replay ─> config (offline, virtual time)
+//! ```
+//!
+//! The runtime, clock, control socket and located config errors are those of every
+//! multihome daemon (`multihome_runtime`).
+//!
+//! ```text
 //! ```
 //!
 //! [`state`] holds what the tasks share ([`state::Shared`], [`state::Held`],
@@ -32,20 +38,18 @@
 
 pub mod attempt;
 pub mod config;
-pub mod control;
 pub mod drive;
 pub mod event_loop;
 pub mod held;
 pub mod nfqueue;
 pub mod replay;
-pub mod runtime;
 pub mod setup;
-pub mod source;
 pub mod splice;
 pub mod state;
 pub mod status;
 
 use anyhow::Result;
+use multihome_runtime::config::{read_file, Source};
 use std::path::PathBuf;
 
 /// Arguments of `multihome race`.
@@ -63,8 +67,8 @@ pub struct RaceArgs {
 
 /// Loads and validates the configuration.
 pub fn load(path: &std::path::Path) -> Result<config::RaceSettings> {
-    let text = source::read_file(path)?;
-    let src = source::Source { path, text: &text };
+    let text = read_file(path)?;
+    let src = Source { path, text: &text };
     Ok(config::validate(&src)?)
 }
 

@@ -438,7 +438,7 @@ mod tests {
     fn queue_rules_per_lan_and_protocol() {
         let text = "[race]\npredictor = \"race\"\nlan_interfaces = [\"lan0\", \"lan1\"]\n\
                     queue_num = 9\n[[uplink]]\nname = \"a\"\ninterface = \"u0\"\n";
-        let src = crate::daemon::source::Source {
+        let src = multihome_runtime::config::Source {
             path: std::path::Path::new("race.toml"),
             text,
         };

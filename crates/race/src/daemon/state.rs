@@ -9,9 +9,9 @@
 
 use super::config::RaceSettings;
 use super::nfqueue::NfQueue;
-use super::runtime::Clock;
 use super::setup::UplinkAddrs;
 use crate::core::{Flow, Gateway, SynHold};
+use multihome_runtime::Clock;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -1,9 +1,7 @@
-//! The text of race.toml with its path, and configuration errors located by file and line.
-//!
-//! Every error names the file, the line and the fix (`ConfigError`'s Display, the same
-//! format as the tunnel's config errors in `crates/multihome/src/config/mod.rs`), because a
-//! daemon that will not start must say exactly why. Repeated rather than shared because
-//! `multihome` depends on this crate, not the other way.
+//! Configuration files read as TOML, with every error located: each names the file, the
+//! line and the fix (`ConfigError`'s Display), because a daemon that will not start must say
+//! exactly why. Unknown keys are errors (a typo must not silently mean "default"); each
+//! daemon's schema and validation live in its own crate and use `Source` to locate spans.
 
 use std::path::{Path, PathBuf};
 
@@ -81,4 +79,14 @@ pub fn read_file(path: &Path) -> Result<String, ConfigError> {
         message: format!("cannot read the config file: {e}"),
         fix: "check the path given to --config and its permissions".into(),
     })
+}
+
+/// Resolves a path in the config relative to the config file's folder.
+pub fn relative_to(config: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        config.parent().unwrap_or(Path::new(".")).join(p)
+    }
 }
