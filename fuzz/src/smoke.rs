@@ -44,6 +44,7 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
                 data_seq: u64::from(rng.next_u32() % 32),
                 flags: DataFlags(rng.next_u32() as u8),
                 pred_gap: (rng.next_u32() % 40) as u16,
+                deadline_ms: 0,
                 payload: &payload,
             }),
         };

@@ -68,6 +68,11 @@ pub fn frames(data: &[u8]) {
             Ok(Frame::Close) => w.close(),
             Ok(Frame::Pair(p)) => w.pair(&p),
             Ok(Frame::Nack(n)) => w.nack(&n),
+            Ok(Frame::Fec(f)) => {
+                // Feeding it to a decoder must not panic either.
+                let _ = multihome_proto::fec::Decoder::default().on_parity(0, &f);
+                w.fec(&f)
+            }
             Ok(Frame::DataDefine(ctx, d)) => w.data_define(ctx, &d),
             Ok(Frame::DataCompressed(c)) => {
                 // Whatever the body, restoring it must not panic; a restored packet is a

@@ -15,6 +15,7 @@ pub mod wire;
 
 pub use time::Instant;
 pub mod endpoint;
+pub mod fec;
 pub mod path;
 pub mod policy;
 pub mod reorder;

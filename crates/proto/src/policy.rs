@@ -25,7 +25,22 @@ pub enum Policy {
     },
     /// Striped over all paths, delivered in order.
     Aggregate,
+    /// Each packet must arrive within `deadline` of leaving the sender (voice, video
+    /// calls, live streams): sent on the highest-latency path that still makes it (MMTP),
+    /// dropped at the sender if none can, protected by FEC, released at once.
+    Realtime {
+        /// How long after it was sent a packet is still of use.
+        deadline: Duration,
+    },
 }
+
+/// Deadline of `realtime` when none is configured: ITU-T G.114's 150 ms mouth-to-ear
+/// budget for voice.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(150);
+
+/// DSCP values that mean `realtime` when no rule matches: EF (46, RFC 3246, voice) and
+/// AF41/AF42/AF43 (34/36/38, RFC 4594's interactive video).
+pub const REALTIME_DSCP: [u8; 4] = [46, 34, 36, 38];
 
 impl Policy {
     /// Two-bit code carried in DATA flags.
@@ -34,15 +49,41 @@ impl Policy {
             Policy::Best => 0,
             Policy::Redundant { .. } => 1,
             Policy::Aggregate => 2,
+            Policy::Realtime { .. } => crate::wire::REALTIME_CODE,
         }
     }
 
-    /// The policy for a code received from the peer (unknown codes mean `Best`).
+    /// The policy for a code received from the peer (unknown codes mean `Best`); a
+    /// realtime code gets the default deadline (`from_data` reads the packet's own).
     pub fn from_code(code: u8) -> Policy {
         match code {
             1 => Policy::Redundant { copies: None },
             2 => Policy::Aggregate,
+            3 => Policy::Realtime {
+                deadline: DEFAULT_DEADLINE,
+            },
             _ => Policy::Best,
+        }
+    }
+
+    /// The policy of a DATA frame from the peer: its code, and for `realtime` the
+    /// deadline it carries (0 = the default).
+    pub fn from_data(code: u8, deadline_ms: u16) -> Policy {
+        match Policy::from_code(code) {
+            Policy::Realtime { .. } if deadline_ms > 0 => Policy::Realtime {
+                deadline: Duration::from_millis(u64::from(deadline_ms)),
+            },
+            p => p,
+        }
+    }
+
+    /// The deadline on the wire (ms, at least 1, at most 65 535); 0 for other policies.
+    pub fn deadline_ms(self) -> u16 {
+        match self {
+            Policy::Realtime { deadline } => u16::try_from(deadline.as_millis())
+                .unwrap_or(u16::MAX)
+                .max(1),
+            _ => 0,
         }
     }
 
@@ -52,6 +93,7 @@ impl Policy {
             Policy::Best => "best",
             Policy::Redundant { .. } => "redundant",
             Policy::Aggregate => "aggregate",
+            Policy::Realtime { .. } => "realtime",
         }
     }
 }
@@ -204,15 +246,20 @@ impl Classifier {
         }
     }
 
-    /// The policy of `packet`.
+    /// The policy of `packet`: the first rule that matches; else `realtime` (default
+    /// deadline) for a packet marked EF or AF4x (`REALTIME_DSCP`) — a rule naming the DSCP
+    /// overrides this; else the default.
     pub fn classify(&self, packet: &[u8]) -> Policy {
         let Some((key, dscp)) = parse_flow(packet) else {
             return self.default;
         };
-        self.rules
-            .iter()
-            .find(|r| r.matches(&key, dscp))
-            .map_or(self.default, |r| r.policy)
+        match self.rules.iter().find(|r| r.matches(&key, dscp)) {
+            Some(r) => r.policy,
+            None if REALTIME_DSCP.contains(&dscp) => Policy::Realtime {
+                deadline: DEFAULT_DEADLINE,
+            },
+            None => self.default,
+        }
     }
 }
 
@@ -312,6 +359,50 @@ pub(crate) mod tests {
         assert_eq!(c.classify(&udp4(46, 1, 2)), Policy::Best);
         assert_eq!(c.classify(&udp4(0, 1, 2)), Policy::Aggregate);
         assert_eq!(c.classify(&[0x45, 0, 1]), Policy::Aggregate);
+    }
+
+    /// EF and AF4x mean `realtime` when no rule matches; a rule naming the DSCP wins.
+    #[test]
+    fn dscp_realtime_default() {
+        let rt = Policy::Realtime {
+            deadline: DEFAULT_DEADLINE,
+        };
+        let mut c = Classifier::uniform(Policy::Aggregate);
+        for d in [46, 34, 36, 38] {
+            assert_eq!(c.classify(&udp4(d, 1, 2)), rt, "dscp {d}");
+        }
+        for d in [0, 10, 32, 40, 48] {
+            assert_eq!(c.classify(&udp4(d, 1, 2)), Policy::Aggregate, "dscp {d}");
+        }
+        c.rules.push(Rule {
+            name: "ef-best".into(),
+            protocol: None,
+            ports: None,
+            dscp: Some(46),
+            policy: Policy::Best,
+        });
+        assert_eq!(c.classify(&udp4(46, 1, 2)), Policy::Best);
+        assert_eq!(c.classify(&udp4(34, 1, 2)), rt);
+    }
+
+    #[test]
+    fn realtime_code_and_deadline_round_trip() {
+        let p = Policy::Realtime {
+            deadline: Duration::from_millis(80),
+        };
+        assert_eq!(p.code(), 3);
+        assert_eq!(Policy::from_data(p.code(), p.deadline_ms()), p);
+        assert_eq!(
+            Policy::from_data(3, 0),
+            Policy::Realtime {
+                deadline: DEFAULT_DEADLINE
+            }
+        );
+        assert_eq!(Policy::from_data(2, 80), Policy::Aggregate);
+        let long = Policy::Realtime {
+            deadline: Duration::from_secs(100),
+        };
+        assert_eq!(long.deadline_ms(), u16::MAX);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct LinkSettings {
     pub interface_line: usize,
     /// Server endpoint over this link.
     pub server: SocketAddr,
+    /// Relative cost of the link (default 1): redundancy and realtime FEC parity prefer
+    /// cheap links (`multihome_proto::path::PathConfig::cost`).
+    pub cost: u32,
 }
 
 /// Validated client settings.
@@ -116,10 +119,13 @@ pub(super) fn parse_policy(
         "best" => Ok(Policy::Best),
         "redundant" => Ok(Policy::Redundant { copies }),
         "aggregate" => Ok(Policy::Aggregate),
+        "realtime" => Ok(Policy::Realtime {
+            deadline: multihome_proto::policy::DEFAULT_DEADLINE,
+        }),
         other => Err(src.err(
             s.span().start,
             format!("unknown policy `{other}`"),
-            "use one of: best, redundant, aggregate",
+            "use one of: best, redundant, aggregate, realtime",
         )),
     }
 }
@@ -239,12 +245,33 @@ fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, C
             }
             d => d.as_ref().map(|d| *d.get_ref()),
         };
+        let mut policy = parse_policy(src, &r.policy, copies)?;
+        if let Some(d) = &r.deadline_ms {
+            let ms = *d.get_ref();
+            if !matches!(policy, Policy::Realtime { .. }) {
+                return Err(src.err(
+                    d.span().start,
+                    "deadline_ms on a rule whose policy is not realtime",
+                    "remove it, or set policy = \"realtime\"",
+                ));
+            }
+            if !(10..=10_000).contains(&ms) {
+                return Err(src.err(
+                    d.span().start,
+                    format!("deadline_ms = {ms} is out of range"),
+                    "use 10 to 10000 (voice: 150, interactive video: 200-400)",
+                ));
+            }
+            policy = Policy::Realtime {
+                deadline: std::time::Duration::from_millis(u64::from(ms)),
+            };
+        }
         rules.push(Rule {
             name: r.name.clone(),
             protocol,
             ports,
             dscp,
-            policy: parse_policy(src, &r.policy, copies)?,
+            policy,
         });
     }
     Ok(Classifier { rules, default })
@@ -302,6 +329,17 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
             interface: check_ifname(src, &l.interface)?,
             interface_line: src.err(l.interface.span().start, "", "").line,
             server,
+            cost: match &l.cost {
+                None => 1,
+                Some(c) if (1..=1000).contains(c.get_ref()) => *c.get_ref(),
+                Some(c) => {
+                    return Err(src.err(
+                        c.span().start,
+                        format!("cost = {} is out of range", c.get_ref()),
+                        "use 1 (the default) to 1000: a relative price per byte",
+                    ))
+                }
+            },
         });
     }
     if links.len() > 16 {

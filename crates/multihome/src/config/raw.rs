@@ -41,6 +41,7 @@ pub struct LinkSection {
     pub name: String,
     pub interface: Spanned<String>,
     pub server: Option<Spanned<String>>,
+    pub cost: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -60,6 +61,7 @@ pub struct RuleSection {
     pub dscp: Option<Spanned<u8>>,
     pub policy: Spanned<String>,
     pub copies: Option<Spanned<u8>>,
+    pub deadline_ms: Option<Spanned<u32>>,
 }
 
 /// `server.toml`.

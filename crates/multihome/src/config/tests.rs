@@ -126,3 +126,43 @@ fn cipher_choice() {
     assert!(e.message.contains("unknown cipher"), "{e}");
     assert!(e.fix.contains("chacha20-poly1305"), "{e}");
 }
+
+#[test]
+fn realtime_rules_and_link_costs() {
+    let links = LINKS.replace(
+        "interface = \"veth1\"\n",
+        "interface = \"veth1\"\ncost = 5\n",
+    );
+    let rule = "[[policy.rule]]\nname = \"voice\"\nprotocol = \"udp\"\nports = \"5000-5999\"\npolicy = \"realtime\"\n";
+    let t = client_src("server = \"10.0.1.1:7000\"\n", &links) + rule + "deadline_ms = 100\n";
+    let c = client(&t).unwrap();
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        multihome_proto::policy::Policy::Realtime {
+            deadline: std::time::Duration::from_millis(100)
+        }
+    );
+    assert_eq!((c.links[0].cost, c.links[1].cost), (1, 5));
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS) + rule;
+    let c = client(&t).unwrap();
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        multihome_proto::policy::Policy::Realtime {
+            deadline: multihome_proto::policy::DEFAULT_DEADLINE
+        }
+    );
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS) + rule + "deadline_ms = 0\n";
+    let e = client(&t).unwrap_err();
+    assert!(e.message.contains("deadline_ms = 0"), "{e}");
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS)
+        + &rule.replace("realtime", "best")
+        + "deadline_ms = 100\n";
+    let e = client(&t).unwrap_err();
+    assert!(e.message.contains("not realtime"), "{e}");
+    let links = LINKS.replace(
+        "interface = \"veth1\"\n",
+        "interface = \"veth1\"\ncost = 0\n",
+    );
+    let e = client(&client_src("server = \"10.0.1.1:7000\"\n", &links)).unwrap_err();
+    assert!(e.message.contains("cost = 0"), "{e}");
+}

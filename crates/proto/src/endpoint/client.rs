@@ -113,6 +113,12 @@ impl Client {
         self.session.set_path_available(now, id, true);
     }
 
+    /// Sets a link's relative cost (default 1; `PathConfig::cost`): `redundant` copies
+    /// and realtime FEC parity go on the cheapest links that meet their loss targets.
+    pub fn set_link_cost(&mut self, id: PathId, cost: u32) {
+        self.session.set_path_cost(id, cost);
+    }
+
     /// Marks a link's interface usable or not (netlink up/down, address gone).
     pub fn set_link_available(&mut self, now: Instant, id: PathId, available: bool) {
         if let Some(l) = self.links.iter_mut().find(|l| l.id == id) {

@@ -138,6 +138,8 @@ pub struct PathView {
     pub capacity_bps: f64,
     /// Smoothed forward one-way queueing delay (`oneway.rs`).
     pub fwd_queue: Duration,
+    /// What sending on the path costs, relative to the others (`PathConfig::cost`).
+    pub cost: u32,
 }
 
 impl PathView {
@@ -177,6 +179,9 @@ pub struct PathConfig {
     pub detect: Duration,
     /// Idle paths are probed this often.
     pub probe_interval: Duration,
+    /// Relative cost of a byte on the path (a metered LTE link costs more than DSL; default
+    /// 1): redundancy and FEC parity go on the cheapest paths that meet their targets.
+    pub cost: u32,
 }
 
 impl PathConfig {
@@ -185,6 +190,7 @@ impl PathConfig {
         PathConfig {
             detect,
             probe_interval: detect / 4,
+            cost: 1,
         }
     }
 }
@@ -428,7 +434,13 @@ impl Path {
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
             fwd_queue: path_now.fwd_queue,
+            cost: self.cfg.cost,
         }
+    }
+
+    /// Sets the path's relative cost (`PathConfig::cost`).
+    pub fn set_cost(&mut self, cost: u32) {
+        self.cfg.cost = cost;
     }
 
     /// Records a datagram of `bytes` being sent now; returns its `path_seq`. Only

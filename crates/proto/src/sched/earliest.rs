@@ -39,13 +39,20 @@ impl EarliestArrival {
 /// kbit/s, with no packet pair yet, was charged 1.6 s per datagram and never used). Its
 /// queue, if it has one, is in the forward delay.
 pub fn expected_arrival(p: &PathView, len: usize) -> f64 {
+    expected_delivery(p, len) + p.error_loss * LOSS_COST_S
+}
+
+/// Expected one-way delay in seconds of `len` more bytes on `p` if they arrive: forward
+/// delay (with the path's queue) plus serialisation at the rate `expected_arrival`
+/// explains — without the charge for loss, which `realtime` covers with FEC instead.
+pub fn expected_delivery(p: &PathView, len: usize) -> f64 {
     let measured = p.bandwidth_bps.max(p.capacity_bps);
     let rate = if p.bandwidth_bps > 0.0 && p.bw_valid {
         measured
     } else {
         measured.max(p.pacing_bps).max(1.0)
     };
-    p.forward_delay_s() + len as f64 / rate + p.error_loss * LOSS_COST_S
+    p.forward_delay_s() + len as f64 / rate
 }
 
 /// What a lost packet costs, in seconds of delay: the inner TCP needs about a round

@@ -8,13 +8,15 @@
 
 mod best;
 mod earliest;
+pub mod realtime;
 mod redundant;
 pub mod split;
 mod weighted;
 
 pub use best::BestPath;
-pub use earliest::EarliestArrival;
+pub use earliest::{expected_delivery, EarliestArrival};
 pub use redundant::Redundant;
+pub use redundant::TARGET_RESIDUAL;
 pub use weighted::Weighted;
 
 use crate::path::{PathId, PathState, PathView};
@@ -90,6 +92,7 @@ pub(crate) mod testutil {
             bw_valid: true,
             capacity_bps: 0.0,
             fwd_queue: Duration::ZERO,
+            cost: 1,
         }
     }
 }

@@ -17,9 +17,11 @@
 //!   queue in entries, the reorder buffer in bytes and entries.
 
 mod delay;
+mod fec;
 mod hold;
 mod holes;
 mod keyring;
+mod realtime_rx;
 mod recv;
 mod reinject;
 mod schedule;
@@ -146,6 +148,18 @@ pub struct SessionCounters {
     pub tx_riders: u64,
     /// IP packets dropped because the caller's delivery buffer was too small for them.
     pub rx_oversize: u64,
+    /// Realtime packets dropped at the sender: no path delivers them before their
+    /// deadline (`sched/realtime.rs`). Never sent late.
+    pub rt_dropped_late: u64,
+    /// Realtime packets received after their deadline (judged by `realtime_rx.rs`; still
+    /// delivered: the application's jitter buffer decides).
+    pub rt_rx_late: u64,
+    /// FEC parity shards sent (`session/fec.rs`).
+    pub fec_parity_sent: u64,
+    /// Realtime packets rebuilt from parity and delivered in time.
+    pub fec_recovered: u64,
+    /// Realtime packets rebuilt after their deadline (not delivered).
+    pub fec_late: u64,
 }
 
 /// One session.
@@ -183,6 +197,12 @@ pub struct Session {
     reinject: VecDeque<reinject::Reinjection>,
     /// The schedulers' path views, rebuilt per packet in this reused buffer.
     view_buf: Vec<crate::path::PathView>,
+    /// How late realtime packets arrive (`realtime_rx.rs`).
+    rt_rx: realtime_rx::Lateness,
+    /// The open FEC block of realtime packets sent (`fec.rs`).
+    fec_tx: crate::fec::Encoder,
+    /// Realtime packets and parity received, for rebuilding.
+    fec_rx: crate::fec::Decoder,
 }
 
 struct PathSlot {
@@ -234,6 +254,9 @@ impl Session {
             riders: Vec::new(),
             reinject: VecDeque::new(),
             view_buf: Vec::with_capacity(crate::sched::MAX_PATHS),
+            rt_rx: realtime_rx::Lateness::default(),
+            fec_tx: crate::fec::Encoder::default(),
+            fec_rx: crate::fec::Decoder::default(),
         }
     }
 
@@ -306,6 +329,14 @@ impl Session {
         }
     }
 
+    /// Sets a path's relative cost (`PathConfig::cost`): redundancy and FEC parity prefer
+    /// cheap paths.
+    pub fn set_path_cost(&mut self, id: PathId, cost: u32) {
+        if let Some(s) = find_slot(&mut self.paths, id) {
+            s.path.set_cost(cost);
+        }
+    }
+
     /// Forgets a path entirely.
     pub fn remove_path(&mut self, id: PathId) {
         self.paths.retain(|s| s.path.id() != id);
@@ -357,6 +388,7 @@ impl Session {
             );
         }
         take(self.pacing_deadline());
+        take(self.fec_tx.deadline());
         t
     }
 
@@ -382,6 +414,9 @@ impl Session {
         if self.reorder.has_gap() {
             let hold = self.reorder_hold(self.last_rx.unwrap_or_default());
             self.reorder.on_timeout(now, hold, &mut self.deliver);
+        }
+        if self.fec_tx.deadline().is_some_and(|d| d <= now) {
+            self.close_fec_block(now);
         }
         self.keys.expire_previous(now, Duration::from_secs(30));
         self.release_idle_buffers(now);

@@ -20,7 +20,9 @@ use super::{find_slot, Event, Session, Side, Slot};
 use crate::path::{PathId, PathState, Received};
 use crate::policy::{parse_flow, Policy};
 use crate::reorder::Order;
-use crate::wire::{AckFrame, DataFlags, Frame, FrameReader, InnerHeader, DATA_HEADER_LEN};
+use crate::wire::{
+    AckFrame, DataFlags, DataFrame, Frame, FrameReader, InnerHeader, DATA_HEADER_LEN,
+};
 use crate::Instant;
 use core::time::Duration;
 use std::borrow::Cow;
@@ -43,6 +45,29 @@ pub struct SealedData<'a> {
     pub path: PathId,
     /// The whole datagram, opened in place.
     pub datagram: &'a mut [u8],
+}
+
+/// What the receive path needs of one DATA (or DEFINE, or compressed) frame.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    data_seq: u64,
+    flags: DataFlags,
+    pred_gap: u16,
+    deadline_ms: u16,
+    /// Arrival − `send_time_us` of its datagram (`realtime_rx.rs`).
+    raw_delay: u32,
+}
+
+impl Meta {
+    fn of(d: &DataFrame<'_>, raw_delay: u32) -> Meta {
+        Meta {
+            data_seq: d.data_seq,
+            flags: d.flags,
+            pred_gap: d.pred_gap,
+            deadline_ms: d.deadline_ms,
+            raw_delay,
+        }
+    }
 }
 
 /// What the frames of one datagram asked of the path it came on.
@@ -104,6 +129,7 @@ impl Session {
             return;
         }
         self.delay.on_datagram(now, path_id, hdr.send_time_us);
+        let raw_delay = self.rt_rx.on_datagram(now, hdr.send_time_us);
         self.holes.on_datagram(path_id, None);
         let mut summary = FrameSummary::default();
         for frame in FrameReader::new(frames) {
@@ -111,7 +137,7 @@ impl Session {
                 self.counters.rx_malformed += 1;
                 break;
             };
-            self.on_frame(now, path_id, &hdr, frame, &mut summary);
+            self.on_frame(now, (path_id, raw_delay), &hdr, frame, &mut summary);
         }
         if summary.acked {
             self.on_feedback();
@@ -157,7 +183,7 @@ impl Session {
     fn on_frame(
         &mut self,
         now: Instant,
-        path_id: PathId,
+        (path_id, raw_delay): (PathId, u32),
         hdr: &InnerHeader,
         frame: Frame<'_>,
         summary: &mut FrameSummary,
@@ -165,15 +191,15 @@ impl Session {
         match frame {
             Frame::Data(d) => {
                 summary.eliciting = true;
-                let order = (d.data_seq, d.flags, d.pred_gap);
-                self.accept_data(now, path_id, order, Cow::Borrowed(d.payload));
+                let meta = Meta::of(&d, raw_delay);
+                self.accept_data(now, path_id, meta, Cow::Borrowed(d.payload));
             }
             Frame::DataDefine(ctx, d) => {
                 summary.eliciting = true;
                 // A defining packet travels whole and also sets its context up.
                 self.decompressor.define(ctx, d.payload);
-                let order = (d.data_seq, d.flags, d.pred_gap);
-                self.accept_data(now, path_id, order, Cow::Borrowed(d.payload));
+                let meta = Meta::of(&d, raw_delay);
+                self.accept_data(now, path_id, meta, Cow::Borrowed(d.payload));
             }
             Frame::DataCompressed(c) => {
                 summary.eliciting = true;
@@ -183,8 +209,14 @@ impl Session {
                     .decompress_into(c.ctx, c.body, &mut packet)
                 {
                     Ok(()) => {
-                        let order = (c.data_seq, c.flags, c.pred_gap);
-                        self.accept_data(now, path_id, order, Cow::Owned(packet));
+                        let meta = Meta {
+                            data_seq: c.data_seq,
+                            flags: c.flags,
+                            pred_gap: c.pred_gap,
+                            deadline_ms: c.deadline_ms,
+                            raw_delay,
+                        };
+                        self.accept_data(now, path_id, meta, Cow::Owned(packet));
                     }
                     Err(_) => {
                         self.counters.rx_decompress_errors += 1;
@@ -199,6 +231,10 @@ impl Session {
             }
             Frame::Close => self.events.push_back(Event::Closed),
             Frame::Nack(n) => self.on_nack(n),
+            Frame::Fec(f) => {
+                summary.eliciting = true;
+                self.on_parity(now, hdr, &f);
+            }
             Frame::Pair(p) => {
                 if let Some(s) = find_slot(&mut self.paths, PathId(p.path)) {
                     s.path.on_pair_report(p.capacity_kbps);
@@ -238,13 +274,14 @@ impl Session {
     /// One IP packet the peer sent: de-duplication, policy learning, the reorder buffer,
     /// and skipping holes known lost. The payload comes borrowed (from the datagram) or
     /// owned (restored from a compressed frame).
-    fn accept_data(
-        &mut self,
-        now: Instant,
-        path_id: PathId,
-        (data_seq, flags, pred_gap): (u64, DataFlags, u16),
-        payload: Cow<'_, [u8]>,
-    ) {
+    fn accept_data(&mut self, now: Instant, path_id: PathId, meta: Meta, payload: Cow<'_, [u8]>) {
+        let Meta {
+            data_seq,
+            flags,
+            pred_gap,
+            deadline_ms,
+            raw_delay,
+        } = meta;
         if !self.dedupe.check_and_set(data_seq) {
             self.counters.rx_duplicates += 1;
             if let Cow::Owned(p) = payload {
@@ -255,9 +292,12 @@ impl Session {
         // Only the server schedules return traffic by the peer's policy.
         if self.side == Side::Server {
             if let Some((key, _)) = parse_flow(&payload) {
-                self.flows
-                    .learn(now, key, Policy::from_code(flags.policy_code()));
+                let policy = Policy::from_data(flags.policy_code(), deadline_ms);
+                self.flows.learn(now, key, policy);
             }
+        }
+        if flags.realtime() && self.rt_rx.is_late(raw_delay, self.min_owd(), deadline_ms) {
+            self.counters.rt_rx_late += 1;
         }
         self.counters.rx_ip_packets += 1;
         self.holes.on_datagram(path_id, Some(data_seq));
@@ -270,10 +310,25 @@ impl Session {
                 p
             }
         };
+        if flags.realtime() {
+            // Kept for its FEC block; the block's packets it lets us rebuild go out too.
+            self.remember_realtime(now, data_seq, &packet);
+        }
         let order = Order::of(flags, data_seq, pred_gap);
         self.reorder
             .insert(now, data_seq, packet, order, &mut self.deliver);
         self.skip_known_lost(now);
+    }
+
+    /// Base one-way delay of the fastest path: half the lowest minimum RTT of the paths
+    /// that have one (`realtime_rx.rs`).
+    pub(super) fn min_owd(&self) -> Duration {
+        self.paths
+            .iter()
+            .filter(|s| s.path.rtt().has_sample())
+            .map(|s| s.path.rtt().min())
+            .min()
+            .map_or(Duration::ZERO, |r| r / 2)
     }
 
     /// Only a gap can be known lost; most packets arrive with none open. A lost ordered

@@ -18,7 +18,8 @@
 //! path in doubt. A copy keeps its `data_seq` and goes unordered: the receiver drops it if
 //! the original did arrive (the de-duplication window), and otherwise releases it at once,
 //! filling its hole without teaching the reorder buffer that packets come late.
-//! Redundant copies are never reinjected: redundancy already sent them on every path.
+//! Redundant copies are never reinjected: redundancy already sent them on every path;
+//! nor are realtime packets (too late by then; FEC repairs them).
 //!
 //! Repair: the peer sees a gap in a path's `path_seq` as soon as the next datagram arrives
 //! on that path (paths are FIFO) and reports it in a NACK. The ordered (`aggregate`) data
@@ -83,9 +84,11 @@ impl InFlight {
         (flags, pred_gap): (DataFlags, u16),
         packet: &Arc<[u8]>,
     ) {
+        // Realtime packets neither: a copy sent after a failure is detected would
+        // mostly arrive after its deadline; FEC covers their losses.
         if matches!(
             Policy::from_code(flags.policy_code()),
-            Policy::Redundant { .. }
+            Policy::Redundant { .. } | Policy::Realtime { .. }
         ) {
             return;
         }

@@ -1,6 +1,7 @@
 //! Sending side of a session: which path(s) each IP packet goes to.
 //!
-//! `best` and `redundant` packets are scheduled as they arrive. `aggregate` packets wait in
+//! `best`, `redundant` and `realtime` packets are scheduled as they arrive (a realtime
+//! packet no path can deliver before its deadline is dropped here, `sched/realtime.rs`). `aggregate` packets wait in
 //! the CoDel ingress queue and leave one at a time, when the scheduler finds a path that
 //! may send (window and pacer): the queue, not the links, holds the standing backlog, so
 //! CoDel's drops are the inner TCP's congestion signal and link queues stay short (its
@@ -17,10 +18,12 @@ use super::{Job, Session, MAX_JOBS};
 use crate::codel::CodelQueue;
 use crate::path::PathView;
 use crate::policy::{parse_flow, FlowKey, Policy};
+use crate::sched::realtime::{self, RtChoice};
 use crate::sched::split::FlowMeter;
 use crate::sched::{split, PathSet, Scheduler, Selection, MAX_PATHS};
 use crate::wire::{DataFlags, OrderMode};
 use crate::Instant;
+use core::time::Duration;
 use std::sync::Arc;
 
 impl Session {
@@ -38,6 +41,10 @@ impl Session {
             }
             return;
         }
+        if let Policy::Realtime { deadline } = policy {
+            self.send_realtime(now, packet, deadline);
+            return;
+        }
         self.counters.tx_ip_packets += 1;
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
@@ -51,7 +58,33 @@ impl Session {
         };
         self.put_views(views);
         let flags = DataFlags::new(policy.code(), false);
-        self.push_data_jobs(sel, seq, (flags, 0), packet);
+        self.push_data_jobs(sel, seq, (flags, 0), 0, packet);
+    }
+
+    /// A realtime packet: on the path `sched::realtime` picks within its deadline, or
+    /// dropped here (counted `rt_dropped_late`) if no path delivers it in time.
+    fn send_realtime(&mut self, now: Instant, packet: Arc<[u8]>, deadline: Duration) {
+        let views = self.take_views(now);
+        let choice = realtime::select(now, &views, packet.len(), deadline);
+        self.put_views(views);
+        let RtChoice::Send(sel) = choice else {
+            self.counters.rt_dropped_late += 1;
+            return;
+        };
+        self.counters.tx_ip_packets += 1;
+        let seq = self.next_data_seq;
+        self.next_data_seq += 1;
+        let policy = Policy::Realtime { deadline };
+        let flags = DataFlags::new(policy.code(), false);
+        let path = match &sel {
+            Selection::Paths(p) if p.len() == 1 => Some(p[0]),
+            _ => None,
+        };
+        let deadline_ms = policy.deadline_ms();
+        self.push_data_jobs(sel, seq, (flags, 0), deadline_ms, packet.clone());
+        if let Some(path) = path {
+            self.protect_realtime(now, seq, path, packet, deadline);
+        }
     }
 
     /// Jobs sending packet `seq` on the selected paths; `order` is its flags and its
@@ -61,6 +94,7 @@ impl Session {
         sel: Selection,
         seq: u64,
         (flags, pred_gap): (DataFlags, u16),
+        deadline_ms: u16,
         packet: Arc<[u8]>,
     ) {
         let targets: PathSet = match sel {
@@ -82,6 +116,7 @@ impl Session {
                 seq,
                 flags,
                 pred_gap,
+                deadline_ms,
                 packet: packet.clone(),
             });
         }
@@ -90,14 +125,14 @@ impl Session {
     /// Scheduler views of all paths at `now`, in a buffer the session keeps (this runs per
     /// packet: no allocation, and no move of a fixed array of `MAX_PATHS` views, which
     /// cost more than computing them); give it back with `put_views`.
-    fn take_views(&mut self, now: Instant) -> Vec<PathView> {
+    pub(super) fn take_views(&mut self, now: Instant) -> Vec<PathView> {
         let mut v = std::mem::take(&mut self.view_buf);
         v.clear();
         v.extend(self.paths.iter().take(MAX_PATHS).map(|s| s.path.view(now)));
         v
     }
 
-    fn put_views(&mut self, v: Vec<PathView>) {
+    pub(super) fn put_views(&mut self, v: Vec<PathView>) {
         self.view_buf = v;
     }
 
@@ -122,7 +157,7 @@ impl Session {
                 self.wait_for_pacer(now, &views, len);
             } else if let Some(r) = self.reinject.pop_front() {
                 self.pace_wake = None;
-                self.push_data_jobs(sel, r.data_seq, (r.flags, r.pred_gap), r.packet);
+                self.push_data_jobs(sel, r.data_seq, (r.flags, r.pred_gap), 0, r.packet);
             }
             self.put_views(views);
             return;
@@ -159,7 +194,7 @@ impl Session {
         ) else {
             return;
         };
-        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), s.packet);
+        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), 0, s.packet);
     }
 
     /// No path may send the `len`-byte packet now: the paths are busy, not idle.

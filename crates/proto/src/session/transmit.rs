@@ -8,12 +8,13 @@
 
 use super::Session;
 use crate::crypto::TAG_LEN;
+use crate::fec::ParityBlock;
 use crate::header_compress::{self, Encoding};
 use crate::path::{Path, PathId, SentKind};
 use crate::policy::parse_flow;
 use crate::wire::{
-    outer, AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame, OrderMode,
-    PairFrame, DATA_HEADER_LEN, PRED_GAP_LEN,
+    outer, AckFrame, DataFlags, DataFrame, FecFrame, FrameWriter, InnerHeader, NackFrame,
+    OrderMode, PairFrame, DATA_HEADER_LEN, PRED_GAP_LEN,
 };
 use crate::Instant;
 use std::net::SocketAddr;
@@ -39,6 +40,8 @@ pub(super) enum Job {
         flags: DataFlags,
         /// The flow predecessor's distance, if `flags` name one (`wire::OrderMode`).
         pred_gap: u16,
+        /// A realtime packet's deadline (ms), 0 otherwise.
+        deadline_ms: u16,
         packet: Arc<[u8]>,
     },
     /// Feedback only.
@@ -47,6 +50,12 @@ pub(super) enum Job {
     Ping { path: PathId },
     /// Session end.
     Close { path: PathId },
+    /// Parity shard `index` of a realtime FEC block (`session/fec.rs`).
+    Parity {
+        path: PathId,
+        block: Arc<ParityBlock>,
+        index: u8,
+    },
 }
 
 impl Job {
@@ -55,7 +64,8 @@ impl Job {
             Job::Data { path, .. }
             | Job::Ack { path }
             | Job::Ping { path }
-            | Job::Close { path } => *path,
+            | Job::Close { path }
+            | Job::Parity { path, .. } => *path,
         }
     }
 }
@@ -114,18 +124,38 @@ impl Session {
         let room = frames_room.saturating_sub(plan.frame_len);
         let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
         match job {
-            Job::Data { seq, packet, .. } => self.write_data(now, &mut w, *seq, packet, &plan)?,
+            Job::Data {
+                seq,
+                packet,
+                deadline_ms,
+                ..
+            } => self.write_data(now, &mut w, (*seq, *deadline_ms), packet, &plan)?,
             Job::Ack { .. } if !acked => return None,
             Job::Ack { .. } => {}
             Job::Ping { .. } => w.ping().ok()?,
             Job::Close { .. } => w.close().ok()?,
+            Job::Parity { block, index, .. } => {
+                let entries = block.entries_at(now);
+                let shard = block.parity.get(usize::from(*index))?;
+                w.fec(&FecFrame {
+                    first_seq: block.first_seq,
+                    k: u8::try_from(block.entries.len()).ok()?,
+                    m: u8::try_from(block.parity.len()).ok()?,
+                    index: *index,
+                    deadline_ms: block.deadline_ms,
+                    entries: &entries,
+                    shard,
+                })
+                .ok()?;
+                self.counters.fec_parity_sent += 1;
+            }
         }
         let plain_len = w.len();
         self.seal(now, job, idx, plan.order, buf, plain_len)
     }
 
     /// Bytes of frames a datagram holds after its inner header.
-    fn frames_room(&self) -> usize {
+    pub(super) fn frames_room(&self) -> usize {
         self.cfg
             .max_datagram
             .saturating_sub(DATA_HEADER_LEN + TAG_LEN + InnerHeader::LEN)
@@ -141,11 +171,15 @@ impl Session {
             ..
         } = job
         else {
+            let frame_len = match job {
+                Job::Parity { block, .. } => block.frame_len(),
+                _ => 1,
+            };
             return Plan {
                 riding: false,
                 encoding: Encoding::Plain,
                 order: (DataFlags::default(), 0),
-                frame_len: 1,
+                frame_len,
             };
         };
         // Small striped packets queued right behind this one ride along (`RIDER_MAX`). Then
@@ -160,7 +194,9 @@ impl Session {
                     && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
             })
         };
-        let encoding = if self.cfg.header_compression && !riding {
+        // A realtime packet goes whole: it must stand alone (a lost context definition
+        // would make the next ones undecodable), as the FEC shards it belongs to do.
+        let encoding = if self.cfg.header_compression && !riding && !flags.realtime() {
             self.compressor.encode(now, packet)
         } else {
             Encoding::Plain
@@ -171,7 +207,8 @@ impl Session {
         let (order, frame_len) = if len + flags.extra_len() <= frames_room {
             ((*flags, *pred_gap), len + flags.extra_len())
         } else {
-            ((flags.with_order(OrderMode::Session), 0), len)
+            let session = flags.with_order(OrderMode::Session);
+            ((session, 0), len + session.extra_len())
         };
         Plan {
             riding,
@@ -186,7 +223,7 @@ impl Session {
         &mut self,
         now: Instant,
         w: &mut FrameWriter<'_>,
-        seq: u64,
+        (seq, deadline_ms): (u64, u16),
         packet: &[u8],
         plan: &Plan,
     ) -> Option<()> {
@@ -195,13 +232,14 @@ impl Session {
             data_seq: seq,
             flags,
             pred_gap,
+            deadline_ms,
             payload: packet,
         };
         let written = match plan.encoding {
             Encoding::Plain => w.data(&frame),
             Encoding::Define(ctx) => w.data_define(ctx, &frame),
             Encoding::Compressed { ctx, header_len } => {
-                w.data_compressed_with(seq, flags, pred_gap, ctx, |out| {
+                w.data_compressed_with((seq, flags, pred_gap, deadline_ms), ctx, |out| {
                     header_compress::write_body(packet, header_len, out)
                 })
             }
@@ -250,6 +288,7 @@ impl Session {
                 data_seq: r.seq,
                 flags: r.flags,
                 pred_gap: r.pred_gap,
+                deadline_ms: 0,
                 payload: &r.packet,
             };
             // Cannot fail: the room was checked above.
@@ -277,7 +316,7 @@ impl Session {
         let kp = self.keys.current.as_mut()?;
         let counter = kp.seal.next_counter().ok()?;
         let kind = match job {
-            Job::Data { .. } => SentKind::Data,
+            Job::Data { .. } | Job::Parity { .. } => SentKind::Data,
             Job::Ping { .. } => SentKind::Probe,
             Job::Ack { .. } | Job::Close { .. } => SentKind::AckOnly,
         };

@@ -2,6 +2,7 @@
 //! receiver's reorder buffer releases it after (`OrderMode`, PROTOCOL.md §4.3).
 //!
 //! Invariant: bits 5–7 are written as zero; any byte parses (unknown bits are ignored).
+//! Policy code 3 (`realtime`) adds a 2-byte `deadline_ms` after the flags (PROTOCOL.md §4.3).
 
 /// Flags of a DATA frame: which policy the flow is under, whether the receiver must
 /// deliver it in order, and in which order (bits 3–4, `OrderMode`). Bits 5–7 are zero.
@@ -25,6 +26,10 @@ pub enum OrderMode {
 
 /// Bytes of `pred_gap` when the order mode carries one.
 pub const PRED_GAP_LEN: usize = 2;
+/// Bytes of `deadline_ms`, which a realtime packet (policy code 3) carries.
+pub const DEADLINE_LEN: usize = 2;
+/// Policy code of `realtime` packets.
+pub const REALTIME_CODE: u8 = 3;
 
 impl DataFlags {
     /// The receiver holds this packet in the reorder buffer until earlier ones arrive.
@@ -82,12 +87,20 @@ impl DataFlags {
         }
     }
 
-    /// Bytes the order mode adds after the flags byte.
+    /// Whether the packet is under the `realtime` policy (code 3): a `deadline_ms` (u16)
+    /// follows the flags (after `pred_gap`, if any).
+    pub fn realtime(self) -> bool {
+        self.policy_code() == REALTIME_CODE
+    }
+
+    /// Bytes the order mode and the policy add after the flags byte: `pred_gap` in mode
+    /// `FlowGap`, `deadline_ms` for a realtime packet.
     pub fn extra_len(self) -> usize {
-        if self.order_mode() == OrderMode::FlowGap {
+        let gap = if self.order_mode() == OrderMode::FlowGap {
             PRED_GAP_LEN
         } else {
             0
-        }
+        };
+        gap + if self.realtime() { DEADLINE_LEN } else { 0 }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! inner header: path_seq u32 | send_time_us u32
-//! DATA  (0x01): data_seq u64 | flags u8 | [pred_gap u16] | len u16 | len bytes (one IP packet)
+//! DATA  (0x01): data_seq u64 | flags u8 | [pred_gap u16] | [deadline_ms u16] | len u16 |
+//!               len bytes (one IP packet); `deadline_ms` only for realtime (policy code 3)
 //! ACK   (0x02): path u8 | largest_path_seq u32 | ack_delay_us u32 | recv_count u64 | recv_bytes u64
 //! PING  (0x03): (empty) — asks the peer to acknowledge this path now
 //! CLOSE (0x04): (empty) — the sender is ending the session
@@ -18,6 +19,10 @@
 //! NACK  (0x08): path u8 | first_path_seq u32 | count u16 — datagrams `first ..
 //!               first + count` never arrived on that path (the receiver saw a later one):
 //!               the sender repairs the ordered data they carried (`session/reinject.rs`)
+//! FEC   (0x09): first_seq u64 | k u8 | m u8 | index u8 | deadline_ms u16 |
+//!               k × (seq_delta u16 | ago_ms u16) | len u16 | len bytes — parity shard
+//!               `index` (0..m) of a Reed-Solomon block over the k realtime packets
+//!               `first_seq + seq_delta` (`fec/`), each sent `ago_ms` before this datagram
 //! ```
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
@@ -27,7 +32,7 @@
 //! not hold it for anything else.
 //! Invariant: `FrameReader` never panics and never reads past the buffer.
 
-use super::flags::{DataFlags, OrderMode, PRED_GAP_LEN};
+use super::flags::{DataFlags, OrderMode, DEADLINE_LEN, PRED_GAP_LEN};
 use super::WireError;
 
 /// Per-datagram header at the start of the plaintext.
@@ -77,6 +82,9 @@ pub struct DataFrame<'a> {
     /// How far back the flow's previous packet is (`DataFlags::with_pred_gap`); 1 for
     /// `FlowPrev`, 0 when the order mode names no predecessor.
     pub pred_gap: u16,
+    /// A realtime packet's deadline, ms after it was sent (`DataFlags::realtime`); 0 and
+    /// not on the wire otherwise.
+    pub deadline_ms: u16,
     /// The IP packet.
     pub payload: &'a [u8],
 }
@@ -100,6 +108,8 @@ pub struct CompressedFrame<'a> {
     pub flags: DataFlags,
     /// As in `DataFrame`.
     pub pred_gap: u16,
+    /// As in `DataFrame`.
+    pub deadline_ms: u16,
     /// Header-compression context.
     pub ctx: u8,
     /// Changing header fields, then the TCP payload.
@@ -166,6 +176,50 @@ impl NackFrame {
     pub const LEN: usize = 1 + 1 + 4 + 2;
 }
 
+/// One parity shard of a realtime FEC block (`fec/`): the block's k data packets are
+/// named by `data_seq`, with how long before this datagram each was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FecFrame<'a> {
+    /// `data_seq` of the block's first packet.
+    pub first_seq: u64,
+    /// Data packets in the block (1..=255 on the wire; the decoder bounds it further).
+    pub k: u8,
+    /// Parity shards of the block.
+    pub m: u8,
+    /// Which parity shard this is (0..m).
+    pub index: u8,
+    /// The block's deadline (ms after each packet was sent).
+    pub deadline_ms: u16,
+    /// k entries of 4 bytes: `seq_delta u16 | ago_ms u16` (`entry`).
+    pub entries: &'a [u8],
+    /// The parity bytes.
+    pub shard: &'a [u8],
+}
+
+impl FecFrame<'_> {
+    /// Bytes before the entries, including the type byte.
+    pub const HEADER_LEN: usize = 1 + 8 + 1 + 1 + 1 + 2;
+    /// Bytes per entry.
+    pub const ENTRY_LEN: usize = 4;
+
+    /// Encoded length for `k` packets and a shard of `shard_len` bytes.
+    pub fn len(k: usize, shard_len: usize) -> usize {
+        Self::HEADER_LEN + k * Self::ENTRY_LEN + 2 + shard_len
+    }
+
+    /// Entry `i`: the packet's distance from `first_seq` and how many ms before this
+    /// datagram it was sent (`None` past the end).
+    pub fn entry(&self, i: usize) -> Option<(u16, u16)> {
+        let e = self
+            .entries
+            .get(i * Self::ENTRY_LEN..(i + 1) * Self::ENTRY_LEN)?;
+        Some((
+            u16::from_be_bytes([e[0], e[1]]),
+            u16::from_be_bytes([e[2], e[3]]),
+        ))
+    }
+}
+
 /// A parsed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
@@ -185,6 +239,8 @@ pub enum Frame<'a> {
     DataCompressed(CompressedFrame<'a>),
     /// Datagrams lost on a path.
     Nack(NackFrame),
+    /// A parity shard of realtime packets.
+    Fec(FecFrame<'a>),
 }
 
 /// Iterates over the frames of a decrypted payload.
@@ -202,12 +258,13 @@ impl<'a> FrameReader<'a> {
     fn tail_frame(&mut self) -> Result<CompressedFrame<'a>, WireError> {
         let h = self.take(CompressedFrame::HEADER_LEN - 1)?;
         let flags = DataFlags(h[9]);
-        let pred_gap = self.pred_gap(flags)?;
+        let (pred_gap, deadline_ms) = self.after_flags(flags)?;
         Ok(CompressedFrame {
             ctx: h[0],
             data_seq: u64::from_be_bytes(h[1..9].try_into().unwrap_or([0; 8])),
             flags,
             pred_gap,
+            deadline_ms,
             body: core::mem::take(&mut self.rest),
         })
     }
@@ -217,7 +274,7 @@ impl<'a> FrameReader<'a> {
         let h = self.take(9)?;
         let data_seq = u64::from_be_bytes(h[..8].try_into().unwrap_or([0; 8]));
         let flags = DataFlags(h[8]);
-        let pred_gap = self.pred_gap(flags)?;
+        let (pred_gap, deadline_ms) = self.after_flags(flags)?;
         let l = self.take(2)?;
         let len = u16::from_be_bytes([l[0], l[1]]) as usize;
         let payload = self.take(len)?;
@@ -225,8 +282,22 @@ impl<'a> FrameReader<'a> {
             data_seq,
             flags,
             pred_gap,
+            deadline_ms,
             payload,
         })
+    }
+
+    /// What follows the flags: `pred_gap` (if the order mode carries one), then
+    /// `deadline_ms` (if the packet is realtime).
+    fn after_flags(&mut self, flags: DataFlags) -> Result<(u16, u16), WireError> {
+        let pred_gap = self.pred_gap(flags)?;
+        let deadline_ms = if flags.realtime() {
+            let d = self.take(DEADLINE_LEN)?;
+            u16::from_be_bytes([d[0], d[1]])
+        } else {
+            0
+        };
+        Ok((pred_gap, deadline_ms))
     }
 
     /// The `pred_gap` after the flags: read if the order mode carries one.
@@ -238,6 +309,25 @@ impl<'a> FrameReader<'a> {
             }
             OrderMode::FlowPrev => 1,
             OrderMode::Session | OrderMode::FlowFirst => 0,
+        })
+    }
+
+    /// The fields of a FEC frame after its type byte.
+    fn fec(&mut self) -> Result<FecFrame<'a>, WireError> {
+        let h = self.take(FecFrame::HEADER_LEN - 1)?;
+        let first_seq = u64::from_be_bytes(h[..8].try_into().unwrap_or([0; 8]));
+        let k = h[8];
+        let entries = self.take(usize::from(k) * FecFrame::ENTRY_LEN)?;
+        let l = self.take(2)?;
+        let shard = self.take(usize::from(u16::from_be_bytes([l[0], l[1]])))?;
+        Ok(FecFrame {
+            first_seq,
+            k,
+            m: h[9],
+            index: h[10],
+            deadline_ms: u16::from_be_bytes([h[11], h[12]]),
+            entries,
+            shard,
         })
     }
 
@@ -268,6 +358,7 @@ impl<'a> Iterator for FrameReader<'a> {
                         data_seq: f.data_seq,
                         flags: f.flags,
                         pred_gap: f.pred_gap,
+                        deadline_ms: f.deadline_ms,
                         payload: f.body,
                     },
                 )
@@ -297,6 +388,7 @@ impl<'a> Iterator for FrameReader<'a> {
                     count: u16::from_be_bytes([h[5], h[6]]),
                 })
             }),
+            0x09 => self.fec().map(Frame::Fec),
             other => {
                 self.rest = &[];
                 Err(WireError::UnknownFrame(other))
@@ -361,7 +453,7 @@ impl<'a> FrameWriter<'a> {
         }
         self.put(&[0x01])?;
         self.put(&f.data_seq.to_be_bytes())?;
-        self.put_flags(f.flags, f.pred_gap)?;
+        self.put_flags(f.flags, f.pred_gap, f.deadline_ms)?;
         self.put(&len.to_be_bytes())?;
         self.put(f.payload)
     }
@@ -375,6 +467,7 @@ impl<'a> FrameWriter<'a> {
                 data_seq: f.data_seq,
                 flags: f.flags,
                 pred_gap: f.pred_gap,
+                deadline_ms: f.deadline_ms,
                 ctx,
                 body: f.payload,
             },
@@ -392,15 +485,24 @@ impl<'a> FrameWriter<'a> {
         }
         self.put(&[t, f.ctx])?;
         self.put(&f.data_seq.to_be_bytes())?;
-        self.put_flags(f.flags, f.pred_gap)?;
+        self.put_flags(f.flags, f.pred_gap, f.deadline_ms)?;
         self.put(f.body)
     }
 
-    /// The flags byte, and `pred_gap` if the order mode carries one.
-    fn put_flags(&mut self, flags: DataFlags, pred_gap: u16) -> Result<(), WireError> {
+    /// The flags byte, `pred_gap` if the order mode carries one, `deadline_ms` if the
+    /// packet is realtime.
+    fn put_flags(
+        &mut self,
+        flags: DataFlags,
+        pred_gap: u16,
+        deadline_ms: u16,
+    ) -> Result<(), WireError> {
         self.put(&[flags.0])?;
-        if flags.extra_len() > 0 {
+        if flags.order_mode() == OrderMode::FlowGap {
             self.put(&pred_gap.to_be_bytes())?;
+        }
+        if flags.realtime() {
+            self.put(&deadline_ms.to_be_bytes())?;
         }
         Ok(())
     }
@@ -411,9 +513,7 @@ impl<'a> FrameWriter<'a> {
     /// layout; what the body holds is the header compressor's business.
     pub fn data_compressed_with(
         &mut self,
-        data_seq: u64,
-        flags: DataFlags,
-        pred_gap: u16,
+        (data_seq, flags, pred_gap, deadline_ms): (u64, DataFlags, u16, u16),
         ctx: u8,
         write_body: impl FnOnce(&mut [u8]) -> Option<usize>,
     ) -> Result<(), WireError> {
@@ -421,7 +521,7 @@ impl<'a> FrameWriter<'a> {
         let written = self
             .put(&[0x07, ctx])
             .and_then(|()| self.put(&data_seq.to_be_bytes()))
-            .and_then(|()| self.put_flags(flags, pred_gap));
+            .and_then(|()| self.put_flags(flags, pred_gap, deadline_ms));
         if written.is_err() {
             self.len = start;
             return written;
@@ -471,6 +571,23 @@ impl<'a> FrameWriter<'a> {
         }
         self.put(&[0x05, p.path])?;
         self.put(&p.capacity_kbps.to_be_bytes())
+    }
+
+    /// Writes a FEC frame; `entries` must hold k entries (`FecFrame::entry`).
+    pub fn fec(&mut self, f: &FecFrame<'_>) -> Result<(), WireError> {
+        let len = u16::try_from(f.shard.len()).map_err(|_| WireError::BufferTooSmall)?;
+        if f.entries.len() != usize::from(f.k) * FecFrame::ENTRY_LEN
+            || self.remaining() < FecFrame::len(usize::from(f.k), f.shard.len())
+        {
+            return Err(WireError::BufferTooSmall);
+        }
+        self.put(&[0x09])?;
+        self.put(&f.first_seq.to_be_bytes())?;
+        self.put(&[f.k, f.m, f.index])?;
+        self.put(&f.deadline_ms.to_be_bytes())?;
+        self.put(f.entries)?;
+        self.put(&len.to_be_bytes())?;
+        self.put(f.shard)
     }
 
     /// Writes a NACK frame.

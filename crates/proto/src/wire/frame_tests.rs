@@ -1,6 +1,7 @@
 //! Tests of the frame codec: fixtures, round trips, hostile input.
 
 use super::*;
+use crate::wire::REALTIME_CODE;
 use proptest::prelude::*;
 
 #[test]
@@ -16,6 +17,7 @@ fn fixture_bytes() {
         data_seq: 3,
         flags: DataFlags::new(2, true),
         pred_gap: 0,
+        deadline_ms: 0,
         payload: &[0xaa, 0xbb],
     })
     .unwrap();
@@ -37,6 +39,36 @@ fn fixture_bytes() {
         }
         _ => panic!("expected data"),
     }
+}
+
+/// A realtime packet (policy code 3) carries its deadline after the flags.
+#[test]
+fn realtime_deadline_fixture() {
+    let flags = DataFlags::new(REALTIME_CODE, false);
+    assert_eq!((flags.realtime(), flags.extra_len()), (true, 2));
+    let f = DataFrame {
+        data_seq: 3,
+        flags,
+        pred_gap: 0,
+        deadline_ms: 150,
+        payload: &[0xaa],
+    };
+    let mut b = [0u8; 32];
+    let mut w = FrameWriter::new(&mut b);
+    w.data(&f).unwrap();
+    let n = w.len();
+    assert_eq!(n, DataFrame::header_len(flags) + 1);
+    assert_eq!(
+        &b[..n],
+        &[1, 0, 0, 0, 0, 0, 0, 0, 3, 0x06, 0, 150, 0, 1, 0xaa]
+    );
+    assert_eq!(
+        FrameReader::new(&b[..n]).collect::<Vec<_>>(),
+        vec![Ok(Frame::Data(f))]
+    );
+    // Cut inside the deadline: an error, never a panic.
+    let r: Vec<_> = FrameReader::new(&b[..11]).collect();
+    assert!(matches!(r[0], Err(WireError::Truncated { .. })));
 }
 
 /// A flow-ordered packet carries its predecessor's distance after the flags, only when
@@ -65,6 +97,7 @@ fn pred_gap_fixture() {
         data_seq: 3,
         flags: gap,
         pred_gap: 0x0102,
+        deadline_ms: 0,
         payload: &[0xaa],
     };
     w.data(&f).unwrap();
@@ -128,7 +161,7 @@ fn arb_ack() -> impl Strategy<Value = AckFrame> {
 
 proptest! {
     #[test]
-    fn round_trip(seq: u64, flags: u8, gap: u16, payload in proptest::collection::vec(any::<u8>(), 0..200),
+    fn round_trip(seq: u64, flags: u8, gap: u16, deadline: u16, payload in proptest::collection::vec(any::<u8>(), 0..200),
                   acks in proptest::collection::vec(arb_ack(), 0..4), ping: bool,
                   pair in proptest::option::of((any::<u8>(), any::<u32>()))) {
         let mut b = vec![0u8; 2048];
@@ -143,7 +176,9 @@ proptest! {
             OrderMode::FlowPrev => 1,
             _ => 0,
         };
-        w.data(&DataFrame { data_seq: seq, flags, pred_gap, payload: &payload }).unwrap();
+        // And the deadline only for a realtime packet.
+        let deadline_ms = if flags.realtime() { deadline } else { 0 };
+        w.data(&DataFrame { data_seq: seq, flags, pred_gap, deadline_ms, payload: &payload }).unwrap();
         if ping { w.ping().unwrap(); }
         let n = w.len();
         let frames: Vec<_> = FrameReader::new(&b[..n]).collect::<Result<_, _>>().unwrap();
@@ -151,7 +186,32 @@ proptest! {
         prop_assert_eq!(frames.len(), acks.len() + np + 1 + usize::from(ping));
         for (f, a) in frames.iter().zip(&acks) { prop_assert_eq!(*f, Frame::Ack(*a)); }
         if let Some(p) = pair { prop_assert_eq!(frames[acks.len()], Frame::Pair(p)); }
-        prop_assert_eq!(frames[acks.len() + np], Frame::Data(DataFrame { data_seq: seq, flags, pred_gap, payload: &payload }));
+        prop_assert_eq!(frames[acks.len() + np], Frame::Data(DataFrame { data_seq: seq, flags, pred_gap, deadline_ms, payload: &payload }));
+    }
+
+    /// FEC frames round-trip, and a cut anywhere is an error, never a panic.
+    #[test]
+    fn fec_round_trip(first_seq: u64, m: u8, index: u8, deadline_ms: u16,
+                      entries in proptest::collection::vec(any::<u8>(), 0..16),
+                      shard in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..400) {
+        let k = (entries.len() / FecFrame::ENTRY_LEN) as u8;
+        let entries = &entries[..usize::from(k) * FecFrame::ENTRY_LEN];
+        let f = FecFrame { first_seq, k, m, index, deadline_ms, entries, shard: &shard };
+        let mut b = vec![0u8; 512];
+        let mut w = FrameWriter::new(&mut b);
+        w.fec(&f).unwrap();
+        let n = w.len();
+        prop_assert_eq!(n, FecFrame::len(usize::from(k), shard.len()));
+        let frames: Vec<_> = FrameReader::new(&b[..n]).collect();
+        prop_assert_eq!(frames, vec![Ok(Frame::Fec(f))]);
+        for (i, e) in entries.chunks(4).enumerate() {
+            prop_assert_eq!(f.entry(i), Some((u16::from_be_bytes([e[0], e[1]]), u16::from_be_bytes([e[2], e[3]]))));
+        }
+        prop_assert_eq!(f.entry(usize::from(k)), None);
+        if cut < n {
+            let r: Vec<_> = FrameReader::new(&b[..cut]).collect();
+            prop_assert!(r.iter().all(|x| x.is_err()) || r.is_empty());
+        }
     }
 
     #[test]

@@ -10,10 +10,10 @@ mod flags;
 mod frame;
 pub(crate) mod outer;
 
-pub use flags::{DataFlags, OrderMode, PRED_GAP_LEN};
+pub use flags::{DataFlags, OrderMode, DEADLINE_LEN, PRED_GAP_LEN, REALTIME_CODE};
 pub use frame::{
-    AckFrame, CompressedFrame, DataFrame, Frame, FrameReader, FrameWriter, InnerHeader, NackFrame,
-    PairFrame,
+    AckFrame, CompressedFrame, DataFrame, FecFrame, Frame, FrameReader, FrameWriter, InnerHeader,
+    NackFrame, PairFrame,
 };
 pub use outer::{
     MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,

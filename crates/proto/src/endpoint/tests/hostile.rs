@@ -266,6 +266,7 @@ fn extreme_sequence_numbers_from_an_authenticated_peer() {
             data_seq: seq,
             flags: DataFlags::new(0, false),
             pred_gap: 0,
+            deadline_ms: 0,
             payload: &intruder,
         })
         .unwrap();

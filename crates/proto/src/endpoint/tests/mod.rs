@@ -13,6 +13,7 @@ mod dynamics;
 mod failover;
 mod hostile;
 mod lifecycle;
+mod realtime;
 mod throughput;
 
 use super::*;
