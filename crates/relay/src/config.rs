@@ -377,6 +377,16 @@ mod tests {
     }
 
     #[test]
+    fn shipped_example_parses() {
+        let text = include_str!("../../../examples/relay.toml");
+        let (_d, r) = with_key(text);
+        let s = r.unwrap();
+        assert_eq!(s.clients.len(), 1);
+        assert_eq!(s.allowed_destinations.len(), 1);
+        assert_eq!(s.lifetime, Duration::from_secs(300));
+    }
+
+    #[test]
     fn errors_are_located() {
         for (body, line, needle) in [
             ("[relay]\nlisten = \"0.0.0.0:51900\"\nprivate_key_file = \"relay.key\"\nbogus = 1\n", 4, "unknown field"),
