@@ -8,11 +8,13 @@
 //! unauthenticated input — never on input merely being invalid.
 
 mod config;
+mod detour;
 mod endpoint;
 mod race;
 mod wire;
 
 pub use config::config;
+pub use detour::relay_request;
 pub use endpoint::{handshake, session_data};
 pub use race::{nfqueue, race_packet};
 pub use wire::{frames, outer_header};

@@ -209,12 +209,51 @@ fn race_targets() {
     assert!(queued > RUNS, "only {queued} queued packets parsed");
 }
 
+#[test]
+fn relay_target() {
+    use multihome_proto::crypto::StaticSecret;
+    use multihome_proto::detour::{ClientConfig, DetourClient, Mode, Request};
+    use multihome_proto::Instant;
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    // A stranger's well-formed request to the fuzz body's relay key (which the relay must
+    // verify and then refuse), kept whole, cut or with a byte changed.
+    let relay = StaticSecret::from_bytes([2; 32]).public_key();
+    let mut records = 0;
+    for i in 0..RUNS / 4 {
+        let mut stranger = DetourClient::new(
+            ClientConfig::new(StaticSecret::from_bytes([5; 32]), relay, 0),
+            [i as u8; 32],
+        );
+        let rq = Request {
+            server: "203.0.113.2:51820".parse().unwrap(),
+            mode: if i % 2 == 0 { Mode::Nat } else { Mode::Tunnel },
+            release: i % 3 == 0,
+        };
+        stranger.request(Instant::ZERO, rq).unwrap();
+        let mut msg = stranger.poll_transmit().unwrap();
+        match rng.next_u32() % 3 {
+            0 => {
+                let at = rng.next_u32() as usize % msg.len();
+                msg[at] ^= 1 + (rng.next_u32() % 255) as u8;
+            }
+            1 => msg.truncate(rng.next_u32() as usize % msg.len()),
+            _ => {}
+        }
+        let mut input = Vec::new();
+        record(&mut input, 0, &msg);
+        record(&mut input, 1, &bytes(&mut rng, 200));
+        records += relay_request(&input);
+        relay_request(&bytes(&mut rng, 300));
+    }
+    assert!(records >= RUNS / 2);
+}
+
 /// Every input a fuzzer once crashed on, kept in `fuzz/regressions/<target>/` and replayed
 /// on stable so a fixed crash stays fixed even where nightly is unavailable.
 #[test]
 fn regressions_replay() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
-    let targets: [(&str, fn(&[u8])); 7] = [
+    let targets: [(&str, fn(&[u8])); 8] = [
         ("config", crate::config),
         ("frames", crate::frames),
         ("handshake", crate::handshake),
@@ -224,6 +263,9 @@ fn regressions_replay() {
         ("outer_header", crate::outer_header),
         ("race_packet", |b| {
             crate::race_packet(b);
+        }),
+        ("relay_request", |b| {
+            crate::relay_request(b);
         }),
         ("session_data", |b| {
             crate::session_data(b);

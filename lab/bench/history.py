@@ -58,6 +58,7 @@ COMMANDS = {
     "aggregate": f"sudo {PY} -m lab.bench aggregate",
     "aggregate-quick": f"sudo {PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"sudo {PY} -m lab.bench crosscheck",
+    "detour-relay": f"sudo {PY} -m lab.bench.detour_relay",
     "race-bench": f"sudo {PY} -m lab.race.bench",
     "race-bench-1000mbit": f"sudo {PY} -m lab.race.bench --rate-mbit 1000",
     "race-eval-wired-wired": f"sudo {PY} -m lab.race.experiment --config wired-wired",
@@ -197,6 +198,11 @@ def _overhead(d: dict) -> list[tuple[str, dict]]:
     return out
 
 
+def _detour_relay(d: dict) -> list[tuple[str, dict]]:
+    keys = ("received_mbps", "lost_percent", "relay_cpu_percent")
+    return [(mode, _figs(d[mode], keys)) for mode in ("nat", "tunnel") if mode in d]
+
+
 def _crosscheck(d: dict) -> list[tuple[str, dict]]:
     keys = ("lab_goodput_mbps", "sim_goodput_mbps", "ratio_sim_to_lab", "within_tolerance")
     keys += ("lab_retransmissions", "sim_retransmissions")
@@ -245,6 +251,7 @@ EXTRACT = {
     "crosscheck": _crosscheck,
     "race-bench": _race_bench,
     "race-eval": _race_eval,
+    "detour-relay": _detour_relay,
 }
 
 

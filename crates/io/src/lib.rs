@@ -10,6 +10,7 @@
 //!   `recvmmsg`/`sendmmsg` I/O;
 //! - [`netlink`]: link/address change notifications and link, address and route changes;
 //! - [`nat`]: the server's nftables masquerade;
+//! - [`detour`]: the relay's nftables DNAT + SNAT per detour (`multihome relay`);
 //! - [`sysctl`]: reading and writing `/proc/sys` (IP forwarding);
 //! - [`netns`]: throw-away network namespaces for tests, benchmarks and the lab.
 //!
@@ -20,6 +21,7 @@
 
 #![cfg(target_os = "linux")]
 
+pub mod detour;
 pub mod nat;
 pub mod netlink;
 pub mod netns;

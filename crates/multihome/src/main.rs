@@ -1,4 +1,4 @@
-//! `multihome`: the command-line entry point (keygen, client, server, status).
+//! `multihome`: the command-line entry point (keygen, client, server, race, relay, status).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -41,6 +41,12 @@ enum Cmd {
     },
     /// Run the racing gateway: each new TCP connection from the LAN raced over every uplink.
     Race(multihome_race::daemon::RaceArgs),
+    /// Run a relay: extra paths ("detours") for multihome clients' tunnel paths.
+    Relay {
+        /// Path of relay.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Show sessions and links of a running client or server.
     Status {
         /// Control socket (default: the client's, else the server's).
@@ -83,6 +89,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Client { config } => daemon::client::run(&config),
         Cmd::Server { config } => daemon::server::run(&config),
         Cmd::Race(args) => multihome_race::daemon::run(args),
+        Cmd::Relay { config } => multihome_relay::run(&config),
         Cmd::Status { socket, json } => status::query(socket, json),
     }
 }

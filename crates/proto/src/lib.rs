@@ -8,6 +8,7 @@
 
 pub mod codel;
 pub mod crypto;
+pub mod detour;
 pub mod header_compress;
 pub mod replay;
 pub mod time;

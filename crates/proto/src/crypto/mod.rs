@@ -7,7 +7,7 @@
 
 mod aead;
 mod keys;
-mod noise;
+pub(crate) mod noise;
 mod suite;
 
 pub use aead::{OpenKey, SealKey};

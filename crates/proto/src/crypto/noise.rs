@@ -82,10 +82,17 @@ impl CryptoResolver for SeededResolver {
 }
 
 fn builder(seed: [u8; 32]) -> Builder<'static> {
+    builder_with_prologue(seed, PROLOGUE)
+}
+
+/// A builder for `Noise_IK_25519_ChaChaPoly_BLAKE2s` with ephemeral randomness from `seed`
+/// and the given prologue (the relay protocol, `detour/`, uses its own, so a message of
+/// one protocol can never be read as the other's).
+pub(crate) fn builder_with_prologue(seed: [u8; 32], prologue: &'static [u8]) -> Builder<'static> {
     let params = PARAMS
         .parse()
         .expect("static Noise parameter string is valid");
-    Builder::with_resolver(params, Box::new(SeededResolver { seed })).prologue(PROLOGUE)
+    Builder::with_resolver(params, Box::new(SeededResolver { seed })).prologue(prologue)
 }
 
 fn herr(e: snow::Error) -> CryptoError {

@@ -1,0 +1,102 @@
+//! The relay's status document, as its control socket answers it (`multihome status
+//! --socket …` prints it): detours by mode, the request counters, tunnel forwarding and
+//! detours per client. Read-only: it is built from the relay's state on each request.
+
+use super::Relay;
+use multihome_proto::detour::{Entry, Mode, RelayCounters};
+use serde::Serialize;
+use std::net::SocketAddr;
+
+/// The status document of the control socket.
+#[derive(Debug, Serialize)]
+pub(super) struct Status<'a> {
+    name: &'a str,
+    listen: SocketAddr,
+    detours: usize,
+    nat_detours: usize,
+    tunnel_detours: usize,
+    counters: CountersDoc,
+    tunnel_forwarded_datagrams: u64,
+    tunnel_forwarded_bytes: u64,
+    tunnel_dropped: u64,
+    clients: Vec<ClientDoc<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClientDoc<'a> {
+    name: &'a str,
+    detours: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct CountersDoc {
+    rx_datagrams: u64,
+    rx_malformed: u64,
+    rx_rate_limited: u64,
+    rx_unauthenticated: u64,
+    rx_unknown_client: u64,
+    rx_replayed: u64,
+    answers: u64,
+    installed: u64,
+    renewed: u64,
+    released: u64,
+    expired: u64,
+    refused_mode: u64,
+    refused_client_limit: u64,
+    refused_full: u64,
+    refused_destination: u64,
+    failed: u64,
+}
+
+impl From<RelayCounters> for CountersDoc {
+    fn from(c: RelayCounters) -> Self {
+        CountersDoc {
+            rx_datagrams: c.rx_datagrams,
+            rx_malformed: c.rx_malformed,
+            rx_rate_limited: c.rx_rate_limited,
+            rx_unauthenticated: c.rx_unauthenticated,
+            rx_unknown_client: c.rx_unknown_client,
+            rx_replayed: c.rx_replayed,
+            answers: c.answers,
+            installed: c.installed,
+            renewed: c.renewed,
+            released: c.released,
+            expired: c.expired,
+            refused_mode: c.refused_mode,
+            refused_client_limit: c.refused_client_limit,
+            refused_full: c.refused_full,
+            refused_destination: c.refused_destination,
+            failed: c.failed,
+        }
+    }
+}
+
+impl Relay {
+    /// The status document, as JSON.
+    pub(super) fn status(&self) -> String {
+        let entries: Vec<&Entry> = self.core.entries().collect();
+        let nat_n = entries.iter().filter(|e| e.mode == Mode::Nat).count();
+        let doc = Status {
+            name: &self.s.name,
+            listen: self.s.listen,
+            detours: entries.len(),
+            nat_detours: nat_n,
+            tunnel_detours: entries.len() - nat_n,
+            counters: self.core.counters().into(),
+            tunnel_forwarded_datagrams: self.stats.datagrams.get(),
+            tunnel_forwarded_bytes: self.stats.bytes.get(),
+            tunnel_dropped: self.stats.dropped.get(),
+            clients: self
+                .s
+                .clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ClientDoc {
+                    name: &c.name,
+                    detours: self.core.client_entries(i),
+                })
+                .collect(),
+        };
+        serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+    }
+}

@@ -1,0 +1,224 @@
+"""Suite ``detour-relay``: what forwarding a detour costs the relay (issue 15). Not in CI.
+
+Role: three namespaces, client --veth-- relay --veth-- server, the real ``multihome relay``
+(release build) in the middle. A detour is requested with the real protocol
+(``crates/relay/examples/detour_request.rs``) for the client's UDP port, then iperf3 sends UDP
+from that port to the relay port:
+
+- NAT detour at ``--nat-mbps`` (100 Mbit/s): the kernel forwards; the relay process's CPU
+  (utime + stime from ``/proc/<pid>/stat``) over the run should be about zero;
+- tunnel detour at ``--tunnel-mbps`` (1000 Mbit/s): the relay forwards in userspace
+  (recvmmsg/sendmmsg) on one core; the rate the server receives and the relay's CPU (on the
+  2 shared cores the iperf3 sender and receiver compete with the relay).
+
+iperf3's TCP control connection is not a detour: a table of the benchmark's own DNATs it
+to the server (and the server routes back through the relay). Writes
+``bench/results/detour-relay.json`` with the revision (``lab/results.py``).
+
+Run (as root): ``.venv/bin/python -m lab.bench.detour_relay [--seconds 10]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from lab.netns import REPO_ROOT
+from lab.results import write_result
+
+RELAY_IP, SERVER_IP, CLIENT_IP = "198.51.100.1", "203.0.113.2", "198.51.100.2"
+LISTEN_PORT, CLIENT_PORT, IPERF_PORT = 51900, 4000, 5201
+
+
+def target_dir() -> Path:
+    return Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
+
+
+def sh(*args: str, check: bool = True) -> str:
+    return subprocess.run(args, check=check, capture_output=True, text=True).stdout
+
+
+def nsx(ns: str, *args: str, check: bool = True) -> str:
+    return sh("ip", "netns", "exec", ns, *args, check=check)
+
+
+def topology(tag: str) -> tuple[str, str, str]:
+    c, r, s = f"dtb-c-{tag}", f"dtb-r-{tag}", f"dtb-s-{tag}"
+    for ns in (c, r, s):
+        sh("ip", "netns", "add", ns)
+        nsx(ns, "ip", "link", "set", "lo", "up")
+    for here, there, ns in (("rc", "cr", c), ("rs", "sr", s)):
+        nsx(r, "ip", "link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+        nsx(r, "ip", "link", "set", here, "up")
+        nsx(ns, "ip", "link", "set", there, "up")
+    nsx(r, "ip", "addr", "add", f"{RELAY_IP}/24", "dev", "rc")
+    nsx(r, "ip", "addr", "add", "203.0.113.1/24", "dev", "rs")
+    nsx(c, "ip", "addr", "add", f"{CLIENT_IP}/24", "dev", "cr")
+    nsx(s, "ip", "addr", "add", f"{SERVER_IP}/24", "dev", "sr")
+    # Only for iperf3's TCP control connection (DNATed by the bench table, not SNATed).
+    nsx(s, "ip", "route", "add", "198.51.100.0/24", "via", "203.0.113.1")
+    return c, r, s
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def request(binary: Path, client_ns: str, relay_pub: str, key: Path, mode: str) -> dict:
+    out = nsx(
+        client_ns,
+        str(binary),
+        f"{CLIENT_IP}:{CLIENT_PORT}",
+        f"{RELAY_IP}:{LISTEN_PORT}",
+        relay_pub,
+        str(key),
+        f"{SERVER_IP}:{IPERF_PORT}",
+        mode,
+    )
+    return json.loads(out)
+
+
+def control_dnat(relay_ns: str, port: int) -> None:
+    """iperf3's TCP control connection to relay:port goes to the server (bench table)."""
+    rules = (
+        "table ip dtbench\ndelete table ip dtbench\ntable ip dtbench {\n"
+        "  chain pre { type nat hook prerouting priority dstnat; policy accept;\n"
+        f"    tcp dport {port} dnat to {SERVER_IP}:{IPERF_PORT}\n  }}\n}}\n"
+    )
+    subprocess.run(
+        ["ip", "netns", "exec", relay_ns, "nft", "-f", "-"], input=rules, text=True, check=True
+    )
+
+
+def iperf_udp(client_ns: str, port: int, mbps: int, seconds: float) -> dict:
+    out = nsx(
+        client_ns,
+        "iperf3",
+        "-J",
+        "-u",
+        "-l",
+        "1400",
+        "-b",
+        f"{mbps}M" if mbps else "0",
+        "-t",
+        str(seconds),
+        "--cport",
+        str(CLIENT_PORT),
+        "-c",
+        RELAY_IP,
+        "-p",
+        str(port),
+        check=False,
+    )
+    d = json.loads(out)
+    if "error" in d:
+        raise RuntimeError(d["error"])
+    s = d["end"]["sum"]
+    return {
+        "sent_mbps": s["bits_per_second"] / 1e6,
+        "lost_percent": s.get("lost_percent"),
+        "received_mbps": s["bits_per_second"] * (1 - (s.get("lost_percent") or 0) / 100) / 1e6,
+        "datagrams": s.get("packets"),
+    }
+
+
+def run_mode(mode: str, mbps: int, seconds: float, multihome: Path, tool: Path) -> dict:
+    tag = f"{mode[0]}{os.getpid() % 10000}"
+    c, r, s = topology(tag)
+    relay = server = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            relay_pub = sh(str(multihome), "keygen", "--private-key-file", str(d / "r.key")).strip()
+            client_pub = sh(
+                str(multihome), "keygen", "--private-key-file", str(d / "c.key")
+            ).strip()
+            (d / "relay.toml").write_text(
+                f'[relay]\nlisten = "0.0.0.0:{LISTEN_PORT}"\nprivate_key_file = "r.key"\n'
+                f'name = "bench{tag}"\ncontrol_socket = "{d / "relay.sock"}"\n'
+                f'[[client]]\nname = "bench"\npublic_key = "{client_pub}"\n'
+            )
+            relay = subprocess.Popen(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    r,
+                    str(multihome),
+                    "relay",
+                    "--config",
+                    str(d / "relay.toml"),
+                ],
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)
+            pid = int(nsx(r, "pgrep", "-f", f"relay --config {d / 'relay.toml'}").split()[0])
+            server = subprocess.Popen(
+                ["ip", "netns", "exec", s, "iperf3", "-s", "-p", str(IPERF_PORT)],
+                stdout=subprocess.DEVNULL,
+            )
+            time.sleep(0.3)
+            answer = request(tool, c, relay_pub, d / "c.key", mode)
+            port = answer["relay_port"]
+            control_dnat(r, port)
+            t0, ticks0 = time.monotonic(), cpu_ticks(pid)
+            res = iperf_udp(c, port, mbps, seconds)
+            dt, ticks = time.monotonic() - t0, cpu_ticks(pid) - ticks0
+            res |= {
+                "answer": answer,
+                "offered_mbps": mbps or "unlimited",
+                "relay_cpu_seconds": ticks / os.sysconf("SC_CLK_TCK"),
+                "relay_cpu_percent": 100 * ticks / os.sysconf("SC_CLK_TCK") / dt,
+                "seconds": seconds,
+            }
+            relay.terminate()
+            relay.wait(timeout=10)
+            res["table_left"] = f"multihome_relay_bench{tag}" in nsx(r, "nft", "list", "tables")
+            return res
+    finally:
+        for p in (relay, server):
+            if p and p.poll() is None:
+                p.terminate()
+                p.wait(timeout=10)
+        for ns in (c, r, s):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--nat-mbps", type=int, default=100)
+    ap.add_argument(
+        "--tunnel-mbps",
+        type=int,
+        default=1000,
+        help="offered rate of the tunnel run (0: unlimited)",
+    )
+    args = ap.parse_args()
+    release = target_dir() / "release"
+    multihome, tool = release / "multihome", release / "examples" / "detour_request"
+    for b in (multihome, tool):
+        if not b.exists():
+            raise SystemExit(
+                f"missing {b}: cargo build --release -p multihome && "
+                "cargo build --release -p multihome-relay --example detour_request"
+            )
+    result = {
+        "suite": "detour-relay",
+        "nat": run_mode("nat", args.nat_mbps, args.seconds, multihome, tool),
+        "tunnel": run_mode("tunnel", args.tunnel_mbps, args.seconds, multihome, tool),
+    }
+    path = write_result("detour-relay", result)
+    print(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
