@@ -11,7 +11,7 @@
 //!
 //! Invariants: a run is a pure function of (scenario, seed) — the same seed gives the
 //! same report bytes; nothing here re-implements the core: links are linkem's pipelines
-//! and the tunnel is `proto` itself.
+//! and the tunnel is `multihome_proto` itself.
 
 pub mod bench;
 pub mod cubic;

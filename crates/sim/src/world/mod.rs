@@ -1,4 +1,4 @@
-//! The simulated world: the real `proto` Client(s) and Server, hop chains of linkem
+//! The simulated world: the real `multihome_proto` Client(s) and Server, hop chains of linkem
 //! pipelines between them, and the applications on both sides — run by one
 //! discrete-event loop in virtual time.
 //!
