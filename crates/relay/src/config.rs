@@ -108,92 +108,6 @@ pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
             "write e.g. \"0.0.0.0:51900\" or \"[::]:51900\"",
         )
     })?;
-    let key_path = relative_to(path, r.private_key_file.get_ref());
-    let at = r.private_key_file.span().start;
-    let key_text = std::fs::read_to_string(&key_path).map_err(|e| {
-        src.err(
-            at,
-            format!("cannot read private key file {}: {e}", key_path.display()),
-            "create it with `multihome keygen --private-key-file FILE`",
-        )
-    })?;
-    let private_key = StaticSecret::from_base64(&key_text).map_err(|e| {
-        src.err(
-            at,
-            format!("private key file {} is malformed: {e}", key_path.display()),
-            "regenerate it with `multihome keygen --private-key-file FILE`",
-        )
-    })?;
-    let name = r.name.get_ref().clone();
-    let name_ok = !name.is_empty()
-        && name.len() <= 32
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !name_ok {
-        return Err(src.err(
-            r.name.span().start,
-            format!("name `{name}` is not usable in an nftables table name"),
-            "use 1 to 32 letters, digits or _",
-        ));
-    }
-    let modes = match &r.modes {
-        None => ModeSet {
-            nat: true,
-            tunnel: true,
-        },
-        Some(m) => {
-            let mut set = ModeSet {
-                nat: false,
-                tunnel: false,
-            };
-            for x in m.get_ref() {
-                match x.as_str() {
-                    "nat" => set.nat = true,
-                    "tunnel" => set.tunnel = true,
-                    other => {
-                        return Err(src.err(
-                            m.span().start,
-                            format!("unknown mode `{other}`"),
-                            "use \"nat\" and/or \"tunnel\"",
-                        ))
-                    }
-                }
-            }
-            if !set.nat && !set.tunnel {
-                return Err(src.err(
-                    m.span().start,
-                    "no mode offered",
-                    "list \"nat\" and/or \"tunnel\"",
-                ));
-            }
-            set
-        }
-    };
-    let ports = match &r.ports {
-        None => (40000, 40999),
-        Some(p) => {
-            let bad = || {
-                src.err(
-                    p.span().start,
-                    format!("ports `{}` is not a range LOW-HIGH", p.get_ref()),
-                    "write e.g. \"40000-40999\" (1..65535, LOW <= HIGH)",
-                )
-            };
-            let (lo, hi) = p.get_ref().split_once('-').ok_or_else(bad)?;
-            let lo: u16 = lo.trim().parse().map_err(|_| bad())?;
-            let hi: u16 = hi.trim().parse().map_err(|_| bad())?;
-            if lo == 0 || hi < lo {
-                return Err(bad());
-            }
-            if (lo..=hi).contains(&listen.port()) {
-                return Err(src.err(
-                    p.span().start,
-                    "the port range contains the listen port",
-                    "move the range or the listen port apart",
-                ));
-            }
-            (lo, hi)
-        }
-    };
     let positive = |v: &Option<Spanned<usize>>, default: usize, what: &str| match v {
         None => Ok(default),
         Some(s) if *s.get_ref() > 0 => Ok(*s.get_ref()),
@@ -203,31 +117,157 @@ pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
             "raise it",
         )),
     };
-    let lifetime_s = match &r.lifetime_s {
-        None => 300,
-        Some(l) if (10..=86_400).contains(l.get_ref()) => *l.get_ref(),
-        Some(l) => {
-            return Err(src.err(
-                l.span().start,
-                format!("lifetime_s {} is out of range", l.get_ref()),
-                "use 10 to 86400 seconds",
-            ))
-        }
+    Ok(RelaySettings {
+        listen,
+        private_key: private_key(&src, &r.private_key_file)?,
+        name: table_name(&src, &r.name)?,
+        modes: modes(&src, r.modes.as_ref())?,
+        ports: ports(&src, r.ports.as_ref(), listen)?,
+        lifetime: lifetime(&src, r.lifetime_s.as_ref())?,
+        max_per_client: positive(&r.max_per_client, 16, "max_per_client")?,
+        max_entries: positive(&r.max_entries, 1024, "max_entries")?,
+        max_requests_per_s: max_requests_per_s(&src, r.max_requests_per_s.as_ref())?,
+        allowed_destinations: destinations(&src, &r.allowed_destinations)?,
+        control_socket: r
+            .control_socket
+            .as_deref()
+            .unwrap_or(DEFAULT_RELAY_SOCKET)
+            .into(),
+        clients: clients(&src, &f.client)?,
+    })
+}
+
+/// The relay's private key, from its file (relative to the config's folder).
+fn private_key(src: &Source<'_>, file: &Spanned<String>) -> Result<StaticSecret, ConfigError> {
+    let key_path = relative_to(src.path, file.get_ref());
+    let at = file.span().start;
+    let key_text = std::fs::read_to_string(&key_path).map_err(|e| {
+        src.err(
+            at,
+            format!("cannot read private key file {}: {e}", key_path.display()),
+            "create it with `multihome keygen --private-key-file FILE`",
+        )
+    })?;
+    StaticSecret::from_base64(&key_text).map_err(|e| {
+        src.err(
+            at,
+            format!("private key file {} is malformed: {e}", key_path.display()),
+            "regenerate it with `multihome keygen --private-key-file FILE`",
+        )
+    })
+}
+
+/// The relay's name, which names its nftables table.
+fn table_name(src: &Source<'_>, name: &Spanned<String>) -> Result<String, ConfigError> {
+    let n = name.get_ref();
+    let ok =
+        !n.is_empty() && n.len() <= 32 && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        return Err(src.err(
+            name.span().start,
+            format!("name `{n}` is not usable in an nftables table name"),
+            "use 1 to 32 letters, digits or _",
+        ));
+    }
+    Ok(n.clone())
+}
+
+/// The modes offered (both unless listed).
+fn modes(src: &Source<'_>, m: Option<&Spanned<Vec<String>>>) -> Result<ModeSet, ConfigError> {
+    let Some(m) = m else {
+        return Ok(ModeSet {
+            nat: true,
+            tunnel: true,
+        });
     };
-    let max_requests_per_s = match &r.max_requests_per_s {
-        None => 2000,
-        Some(m) if *m.get_ref() > 0 => *m.get_ref(),
-        Some(m) => {
-            return Err(src.err(
-                m.span().start,
-                "max_requests_per_s must be at least 1",
-                "raise it",
-            ))
-        }
+    let mut set = ModeSet {
+        nat: false,
+        tunnel: false,
     };
-    let allowed_destinations = r
-        .allowed_destinations
-        .iter()
+    for x in m.get_ref() {
+        match x.as_str() {
+            "nat" => set.nat = true,
+            "tunnel" => set.tunnel = true,
+            other => {
+                return Err(src.err(
+                    m.span().start,
+                    format!("unknown mode `{other}`"),
+                    "use \"nat\" and/or \"tunnel\"",
+                ))
+            }
+        }
+    }
+    if !set.nat && !set.tunnel {
+        return Err(src.err(
+            m.span().start,
+            "no mode offered",
+            "list \"nat\" and/or \"tunnel\"",
+        ));
+    }
+    Ok(set)
+}
+
+/// The relay ports handed out: `LOW-HIGH`, not containing the listen port.
+fn ports(
+    src: &Source<'_>,
+    p: Option<&Spanned<String>>,
+    listen: SocketAddr,
+) -> Result<(u16, u16), ConfigError> {
+    let Some(p) = p else {
+        return Ok((40000, 40999));
+    };
+    let bad = || {
+        src.err(
+            p.span().start,
+            format!("ports `{}` is not a range LOW-HIGH", p.get_ref()),
+            "write e.g. \"40000-40999\" (1..65535, LOW <= HIGH)",
+        )
+    };
+    let (lo, hi) = p.get_ref().split_once('-').ok_or_else(bad)?;
+    let lo: u16 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: u16 = hi.trim().parse().map_err(|_| bad())?;
+    if lo == 0 || hi < lo {
+        return Err(bad());
+    }
+    if (lo..=hi).contains(&listen.port()) {
+        return Err(src.err(
+            p.span().start,
+            "the port range contains the listen port",
+            "move the range or the listen port apart",
+        ));
+    }
+    Ok((lo, hi))
+}
+
+/// A detour's life from its last request (10 s to a day; 300 s by default).
+fn lifetime(src: &Source<'_>, l: Option<&Spanned<u64>>) -> Result<Duration, ConfigError> {
+    match l {
+        None => Ok(Duration::from_secs(300)),
+        Some(l) if (10..=86_400).contains(l.get_ref()) => Ok(Duration::from_secs(*l.get_ref())),
+        Some(l) => Err(src.err(
+            l.span().start,
+            format!("lifetime_s {} is out of range", l.get_ref()),
+            "use 10 to 86400 seconds",
+        )),
+    }
+}
+
+/// Requests verified per second (2000 by default).
+fn max_requests_per_s(src: &Source<'_>, m: Option<&Spanned<u32>>) -> Result<u32, ConfigError> {
+    match m {
+        None => Ok(2000),
+        Some(m) if *m.get_ref() > 0 => Ok(*m.get_ref()),
+        Some(m) => Err(src.err(
+            m.span().start,
+            "max_requests_per_s must be at least 1",
+            "raise it",
+        )),
+    }
+}
+
+/// Allowed server prefixes.
+fn destinations(src: &Source<'_>, list: &[Spanned<String>]) -> Result<Vec<IpNet>, ConfigError> {
+    list.iter()
         .map(|d| {
             d.get_ref().parse::<IpNet>().map_err(|_| {
                 src.err(
@@ -237,9 +277,16 @@ pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
                 )
             })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
+
+/// The allowed clients: at least one, each with its own key.
+fn clients(
+    src: &Source<'_>,
+    list: &[Spanned<ClientSection>],
+) -> Result<Vec<ClientSettings>, ConfigError> {
     let mut clients: Vec<ClientSettings> = Vec::new();
-    for c in &f.client {
+    for c in list {
         let at = c.span().start;
         let c = c.get_ref();
         let key = PublicKey::from_base64(c.public_key.get_ref()).map_err(|e| {
@@ -267,24 +314,7 @@ pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
             "add a [[client]] with name and public_key per allowed client",
         ));
     }
-    Ok(RelaySettings {
-        listen,
-        private_key,
-        name,
-        modes,
-        ports,
-        lifetime: Duration::from_secs(lifetime_s),
-        max_per_client: positive(&r.max_per_client, 16, "max_per_client")?,
-        max_entries: positive(&r.max_entries, 1024, "max_entries")?,
-        max_requests_per_s,
-        allowed_destinations,
-        control_socket: r
-            .control_socket
-            .as_deref()
-            .unwrap_or(DEFAULT_RELAY_SOCKET)
-            .into(),
-        clients,
-    })
+    Ok(clients)
 }
 
 #[cfg(test)]
