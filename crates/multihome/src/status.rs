@@ -56,6 +56,7 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
             let v = p.view(multihome_proto::Instant::ZERO);
             let c = p.counters();
             let l = p.loss_counters();
+            let reo = p.reordering();
             json!({
                 "id": p.id().0,
                 "name": name_of(p.id()),
@@ -78,6 +79,9 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                 "rx_bytes": c.rx_bytes,
                 "tx_packets": c.tx_packets,
                 "rx_packets": c.rx_packets,
+                "reorder_window_ms": reo.0.as_secs_f64() * 1e3,
+                "rx_reordered": reo.1,
+                "rx_spurious_losses": reo.2,
                 "share": if total > 0 { c.tx_bytes as f64 / total as f64 } else { 0.0 },
             })
         })

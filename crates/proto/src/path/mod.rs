@@ -13,6 +13,7 @@
 //! received feedback; memory per path is bounded (fixed ring of sent records).
 
 mod control;
+mod gaps;
 mod liveness;
 mod loss;
 mod oneway;
@@ -226,6 +227,8 @@ pub struct Path {
     // Receiver side.
     pair: PairMeter,
     rx_largest: Option<(u32, Instant)>,
+    /// Gaps held open for the reordering window before they count as lost.
+    gaps: gaps::GapWindow,
     /// Datagrams found missing (first `path_seq`, count) and not yet reported in a NACK.
     rx_nack: Option<(u32, u16)>,
     /// The last NACK sent, and how many more ACKs repeat it (a lost NACK loses a repair).
@@ -266,6 +269,7 @@ impl Path {
             app_limited: false,
             pair: PairMeter::new(u64::from(id.0) + 1),
             rx_largest: None,
+            gaps: gaps::GapWindow::default(),
             rx_nack: None,
             rx_nack_repeat: None,
             rx_count: 0,

@@ -3,10 +3,12 @@
 //! `ACK_EVERY` eliciting datagrams, else after the path's ACK delay (`ack_delay`: min RTT
 //! / 4 within 2–10 ms).
 //!
-//! A gap is a loss: a path delivers in order (links are FIFO), so datagrams numbered
-//! between the largest seen and a newer one that arrived will not come. They are reported
-//! at once in a NACK so the sender can repair the data they carried (`session/reinject.rs`)
-//! while the reorder buffer still holds the hole.
+//! A gap is a loss once the path's reordering window has passed (`gaps.rs`, RACK's
+//! reo_wnd): zero on a path that delivers in order, as links mostly do, so datagrams
+//! numbered between the largest seen and a newer one that arrived are reported at once in
+//! a NACK and the sender repairs the data they carried (`session/reinject.rs`) while the
+//! reorder buffer still holds the hole; on a path seen to reorder, only after the
+//! reordering it showed, so reordering is not repaired as loss.
 //!
 //! Invariant: counts are cumulative since the path was created, so a lost ACK costs
 //! nothing but delay (the next one carries the totals); a NACK is best effort (lost, its
@@ -56,8 +58,14 @@ impl Path {
         if let Some((l, _)) = self.rx_largest {
             let ahead = path_seq.wrapping_sub(l) as i32;
             if ahead > 1 && (ahead as u32 - 1) <= MAX_NACK_RUN {
-                self.note_missing(l.wrapping_add(1), ahead as u32 - 1);
-                gap = true;
+                let nack = &mut self.rx_nack;
+                self.gaps
+                    .on_gap(now, l.wrapping_add(1), ahead as u32 - 1, |f, c| {
+                        note_missing(nack, f, c);
+                        gap = true;
+                    });
+            } else if ahead < 0 {
+                self.gaps.on_late(now, path_seq, self.rtt.smoothed());
             }
         }
         if self
@@ -77,23 +85,25 @@ impl Path {
         }
     }
 
-    /// Adds `count` datagrams from `first` to the pending NACK (one range: the union with
-    /// what is pending, which may re-report a datagram that arrived — a harmless duplicate).
-    fn note_missing(&mut self, first: u32, count: u32) {
-        // Wrapping order: `b` is after `a` if it is less than half the number space ahead.
-        let after = |a: u32, b: u32| b.wrapping_sub(a) as i32 > 0;
-        let (start, end) = match self.rx_nack {
-            Some((f, c)) => {
-                let (e1, e2) = (f.wrapping_add(u32::from(c)), first.wrapping_add(count));
-                (
-                    if after(f, first) { f } else { first },
-                    if after(e1, e2) { e2 } else { e1 },
-                )
-            }
-            None => (first, first.wrapping_add(count)),
-        };
-        let run = end.wrapping_sub(start).min(MAX_NACK_RUN);
-        self.rx_nack = Some((start, run as u16));
+    /// The reordering window, and the datagrams that arrived reordered inside it and after
+    /// being declared lost (`gaps.rs`).
+    pub fn reordering(&self) -> (core::time::Duration, u64, u64) {
+        let g = &self.gaps;
+        (g.window(), g.reordered(), g.spurious())
+    }
+
+    /// When the oldest gap the reordering window holds open is due to be declared lost.
+    pub fn loss_deadline(&self) -> Option<Instant> {
+        self.gaps.deadline()
+    }
+
+    /// Declares lost the gaps open for the reordering window: they go in the next NACK,
+    /// which goes out at once.
+    pub fn declare_overdue(&mut self, now: Instant) {
+        let nack = &mut self.rx_nack;
+        if self.gaps.declare_due(now, |f, c| note_missing(nack, f, c)) {
+            self.ack_deadline = Some(now);
+        }
     }
 
     /// The NACK to send with the next ACK: the pending one, else a repeat of the last one.
@@ -153,4 +163,23 @@ impl Path {
             capacity_kbps: (c * 8.0 / 1000.0).round().clamp(1.0, f64::from(u32::MAX)) as u32,
         })
     }
+}
+
+/// Adds `count` datagrams from `first` to the pending NACK `nack` (one range: the union with
+/// what is pending, which may re-report a datagram that arrived — a harmless duplicate).
+fn note_missing(nack: &mut Option<(u32, u16)>, first: u32, count: u32) {
+    // Wrapping order: `b` is after `a` if it is less than half the number space ahead.
+    let after = |a: u32, b: u32| b.wrapping_sub(a) as i32 > 0;
+    let (start, end) = match *nack {
+        Some((f, c)) => {
+            let (e1, e2) = (f.wrapping_add(u32::from(c)), first.wrapping_add(count));
+            (
+                if after(f, first) { f } else { first },
+                if after(e1, e2) { e2 } else { e1 },
+            )
+        }
+        None => (first, first.wrapping_add(count)),
+    };
+    let run = end.wrapping_sub(start).min(MAX_NACK_RUN);
+    *nack = Some((start, run as u16));
 }

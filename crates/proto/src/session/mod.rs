@@ -374,6 +374,7 @@ impl Session {
         };
         for s in &self.paths {
             take(s.path.ack_deadline());
+            take(s.path.loss_deadline());
             take(s.path.state_deadline());
             if !s.ping_queued && self.keys.current.is_some() {
                 take(s.path.probe_deadline());
@@ -403,6 +404,9 @@ impl Session {
                 self.on_path_failing(id, st);
             }
             let s = &mut self.paths[i];
+            if s.path.loss_deadline().is_some_and(|d| d <= now) {
+                s.path.declare_overdue(now);
+            }
             if s.path.ack_deadline().is_some_and(|d| d <= now) {
                 self.jobs.push_back(Job::Ack { path: s.path.id() });
             }

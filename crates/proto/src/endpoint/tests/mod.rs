@@ -14,6 +14,7 @@ mod failover;
 mod hostile;
 mod lifecycle;
 mod realtime;
+mod reordering;
 mod throughput;
 
 use super::*;
@@ -44,6 +45,9 @@ struct Link {
     loss: f64,
     /// Drops everything sent on the link and everything still in flight on it.
     blackhole: bool,
+    /// Extra delay, uniform in `[0, jitter)` per datagram: datagrams overtake each other
+    /// (a link that reorders, as Wi-Fi and load-balanced routes do).
+    jitter: Duration,
     busy_until: Instant,
 }
 
@@ -54,6 +58,7 @@ impl Link {
             rate_bps: mbit.map(|m| m * 1e6),
             loss: 0.0,
             blackhole: false,
+            jitter: Duration::ZERO,
             busy_until: Instant::ZERO,
         }
     }
@@ -253,9 +258,16 @@ impl Pair {
             }
             None => now,
         };
+        // Drawn only on jittery links, so the other tests' random sequence is unchanged.
+        let jitter = if link.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            link.jitter
+                .mul_f64(f64::from(self.rng.next_u32()) / (f64::from(u32::MAX) + 1.0))
+        };
         self.seq += 1;
         self.heap.push(Reverse((
-            depart + link.delay,
+            depart + link.delay + jitter,
             self.seq,
             to_server,
             path,
