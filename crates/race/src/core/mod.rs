@@ -6,12 +6,15 @@
 //! (`multihome race`), the offline replay of a fetch dataset and the tests run the very
 //! same code:
 //!
-//! - [`avmet`]: the EWMA of which uplink connected first (seed §4.4), generalised to N.
-//! - [`probe`]: an ETT-like metric per uplink from periodic probes (seed §2.2, §4.3.2).
+//! - [`avmet`]: the EWMA of which uplink connected first (the thesis §4.4), generalised to N.
+//! - [`probe`]: an ETT-like metric per uplink from periodic probes (the thesis §2.2, §4.3.2),
+//!   and the probe predictor's choice with hysteresis.
+//! - [`stagger`]: Happy Eyeballs' handshake-time estimates learned from every attempt, and
+//!   re-probing of stale uplinks.
 //! - [`predictor`]: the five predictors (`race`, `avmet`, `static`, `probe`, `stagger`)
 //!   turned into a [`Plan`] per connection: which uplinks to try, when, which one is
 //!   preferred and how long a completion elsewhere is held back (the SYN-ACK delay queue).
-//! - [`conn`]: one connection's race ([`Race`]): the seed's reset rules (§3.1).
+//! - [`conn`]: one connection's race ([`Race`]): the thesis's reset rules (§3.1).
 //! - [`gateway`]: many races: per-uplink counters, predictor state global or per
 //!   destination, the bound on concurrent races, DSCP pins, probe schedule, and the uplink
 //!   of each UDP flow (from the same predictor).
@@ -29,8 +32,9 @@ pub mod hold;
 pub mod packet;
 pub mod predictor;
 pub mod probe;
+pub mod stagger;
 
-pub use conn::{Action, AttemptState, Outcome, Race};
+pub use conn::{Action, AttemptReport, AttemptState, Outcome, Race};
 pub use gateway::{Gateway, GatewayConfig, GatewayStatus, Scope, UplinkCounters};
 pub use hold::{Flow, SynHold, SynVerdict};
 pub use packet::{classify, Classified, Transport};

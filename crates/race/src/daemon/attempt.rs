@@ -93,7 +93,7 @@ pub async fn connect(
     sock.connect(dst).await
 }
 
-/// Closes `s` with an RST (SO_LINGER 0): a loser of a race, or a finished probe. The seed
+/// Closes `s` with an RST (SO_LINGER 0): a loser of a race, or a finished probe. The thesis
 /// resets losers so the server keeps no state for them (§3.1).
 pub fn reset(s: TcpStream) {
     // Linger 0 never blocks: the close is an immediate RST.

@@ -5,7 +5,7 @@
 //! [race]
 //! lan_interfaces = ["lan0"]      # where intercepted connections come from
 //! predictor = "avmet"            # race | avmet | static | probe | stagger
-//! avmet_profile = "wired"        # the seed's defaults: wired (α 0.99, 100 ms) or wireless (α 0.999, 4.5 s)
+//! avmet_profile = "wired"        # the thesis's defaults: wired (α 0.99, 100 ms) or wireless (α 0.999, 4.5 s)
 //! avmet_alpha = 0.99             # overrides the profile
 //! avmet_delay_ms = 100
 //! static_uplink = "dsl"          # for predictor = "static"

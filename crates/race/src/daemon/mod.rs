@@ -5,7 +5,7 @@
 //! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has
 //! no nftables `queue` statement) while the sans-IO core ([`crate::core`]) plans attempts, one
 //! socket per uplink bound to that uplink's device and address ([`attempt`]), and decides
-//! by the seed's rules ([`held`]). The losers are reset; the client's SYN is then let
+//! by the thesis's rules ([`held`]). The losers are reset; the client's SYN is then let
 //! through to a transparent listener (nftables TPROXY, [`setup`]) and its connection is
 //! relayed over the winner with splice(2) ([`splice`]) — or, when every uplink refused or
 //! timed out, the SYN is answered with an RST, so the client's connect() fails with
