@@ -18,6 +18,10 @@
 //! - [`gateway`]: many races: per-uplink counters, predictor state global or per
 //!   destination, the bound on concurrent races, DSCP pins, probe schedule, and the uplink
 //!   of each UDP flow (from the same predictor).
+//! - [`nat`]: NAT mode's race: which SYN-ACK is forwarded to the client, which are held
+//!   (the delay queue) or reset, when the client is refused.
+//! - [`craft`]: the client's SYN copied with an uplink's address, the SYN-ACK readdressed to
+//!   the client (checksums recomputed).
 //! - [`hold`]: the client's SYN held while its connection is raced: which SYN starts a race,
 //!   which is a retransmission to drop, which is let through or refused once decided.
 //! - [`packet`]: the addresses, ports, DSCP and SYN flag of a queued packet.
@@ -27,8 +31,10 @@
 
 pub mod avmet;
 pub mod conn;
+pub mod craft;
 pub mod gateway;
 pub mod hold;
+pub mod nat;
 pub mod packet;
 pub mod predictor;
 pub mod probe;
