@@ -103,6 +103,12 @@ impl NatRace {
         self.pump();
     }
 
+    /// Sending the SYN copy over `uplink` failed (no route, no address).
+    pub fn on_failed(&mut self, now: Instant, uplink: UplinkId) {
+        self.race.handle_failed(now, uplink);
+        self.pump();
+    }
+
     /// Time passed (at [`Self::poll_timeout`]).
     pub fn on_timeout(&mut self, now: Instant) {
         self.race.handle_timeout(now);

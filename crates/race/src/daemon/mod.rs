@@ -15,9 +15,14 @@
 //!
 //! Dependencies among the modules point one way (no module imports one above it):
 //!
+//! In NAT mode (`mode = "nat"`, [`nat`]) the client's own SYN is copied out on every uplink
+//! instead, the first SYN-ACK passed back, the others reset, and the connection handed to
+//! the kernel's NAT: no relay.
+//!
 //! ```text
 //! event_loop                      owns the state, starts the tasks, answers the control socket
 //!   ├─> held                      the queue side: holds SYNs, gives verdicts, marks UDP flows
+//!   │     ├─> nat                 NAT mode: SYN copies, answers, hand-over to kernel NAT
 //!   │     └─> drive               one race over sockets, the relay of its winner
 //!   ├─> status                    reads the state into the status document
 //!   └─> drive
@@ -41,6 +46,7 @@ pub mod config;
 pub mod drive;
 pub mod event_loop;
 pub mod held;
+pub mod nat;
 pub mod nfqueue;
 pub mod replay;
 pub mod setup;
