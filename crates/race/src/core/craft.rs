@@ -6,8 +6,8 @@
 //! and TOS/DSCP. The IP header checksum and the TCP checksum (whose pseudo-header covers
 //! the addresses) are recomputed over the whole packet.
 //!
-//! Invariants: the functions never panic, whatever the bytes (fuzz target `race_craft`,
-//! property test below); they return `None` for anything that is not one whole, unfragmented
+//! Invariants: the functions never panic, whatever the bytes (property test below; no fuzz
+//! target yet); they return `None` for anything that is not one whole, unfragmented
 //! IPv4 TCP packet (a packet cut off by the queue's copy range is refused rather than sent
 //! with a wrong checksum); the result has the input's length.
 
