@@ -174,3 +174,54 @@ def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
     assert res["sha256"] == expected_sha256(100, 7), res
     st = t.status()
     assert st["counters"]["relayed_down_bytes"] > 100 << 20, st
+
+
+# ---- NAT mode (mode = "nat"): the client's own SYN over every uplink, kernel NAT after ----
+
+
+def test_nat_mode_refused_on_one_uplink_connects_refused_on_all_is_refused(
+    lab: Lab, multihome_bin: Path
+) -> None:
+    """Figure 3-3 in NAT mode: the copies of the client's SYN are refused on a, accepted on
+    b; the connection completes over b. Refused on both: the client is refused once."""
+    t = topo(lab, multihome_bin)
+    t.start_race("race", mode="nat")
+    t.refuse(0)
+    res = t.get("/bytes/5000")
+    assert res["status"] == "ok" and res["bytes"] == 5000, res
+    st = t.status()
+    assert st["mode"] == "nat", st
+    assert uplink(st, "a")["refusals"] == 1, st
+    assert uplink(st, "b")["chosen"] == 1, st
+    assert st["counters"]["nat_handed"] == 1, st
+    t.refuse(1)
+    res = t.get("/bytes/5000")
+    assert res["status"] == "refused", res
+    assert res["connect"] < SLACK_S, res
+    st = t.status()
+    assert st["counters"]["races_refused"] == 1, st
+    assert st["counters"]["nat_handed"] == 1, st
+
+
+def test_nat_mode_data_path_is_kernel_nat(lab: Lab, multihome_bin: Path) -> None:
+    """Once connected, the data crosses the gateway as plain kernel NAT: conntrack shows the
+    client's connection translated to the winning uplink's address with the client's port,
+    the daemon relays nothing, and 200 MiB arrive intact."""
+    t = topo(lab, multihome_bin)
+    t.start_race("static", static_uplink="b", mode="nat")
+    res = t.get("/seeded/200/11", sha256=True, timeout=180)
+    assert res["status"] == "ok", res
+    assert res["bytes"] == 200 << 20, res
+    assert res["sha256"] == expected_sha256(200, 11), res
+    st = t.status()
+    assert st["counters"]["relayed_down_bytes"] == 0, st
+    assert st["counters"]["relayed_up_bytes"] == 0, st
+    assert st["counters"]["nat_handed"] == 1, st
+    ct = t.gw.run(["cat", "/proc/net/nf_conntrack"]).stdout
+    entry = next(
+        line for line in ct.splitlines() if f"dst={ORIGIN} sport" in line and "dport=80 " in line
+    )
+    # original: 192.168.60.2:P -> origin; reply: origin -> b's address:P (same port).
+    assert "src=192.168.60.2" in entry and "dst=10.62.0.2" in entry, entry
+    sport = entry.split("sport=")[1].split()[0]
+    assert entry.count(f"port={sport}") == 2, entry

@@ -1,26 +1,26 @@
 //! AvMet (the MultiNAT thesis §4.4): an EWMA over which uplink completed the handshake first.
 //!
-//! The seed keeps one float for two links, `curbest = α·curbest + (1−α)·link` with `link`
+//! The thesis keeps one float for two links, `curbest = α·curbest + (1−α)·link` with `link`
 //! 0 or 1, and believes link 1 is better when `curbest > 0.5`. For N uplinks we keep one
 //! weight per uplink, `w_i = α·w_i + (1−α)·[i won]`; the weights always sum to 1 and for
-//! N = 2, `w_1` is exactly the seed's `curbest`. The best uplink is the largest weight, ties
+//! N = 2, `w_1` is exactly the thesis's `curbest`. The best uplink is the largest weight, ties
 //! going to the lower index (the seed: `curbest = 0.5` means link 0).
 //!
 //! Why history and not the last race: a single handshake time is a poor predictor of a
-//! download over a bursty wireless link (seed §4.3.1); averaged over many connections it
+//! download over a bursty wireless link (the thesis §4.3.1); averaged over many connections it
 //! does identify the better uplink. α sets the memory (α = 0.99 ≈ 100 connections, the
-//! seed's wired setting; 0.999 ≈ 1000, its wireless setting).
+//! thesis's wired setting; 0.999 ≈ 1000, its wireless setting).
 
 use super::{UplinkId, MAX_UPLINKS};
 use arrayvec::ArrayVec;
 
-/// The seed's wired defaults: α = 0.99 (100 samples), delay 100 ms (§4.4.3).
+/// The thesis's wired defaults: α = 0.99 (100 samples), delay 100 ms (§4.4.3).
 pub const WIRED_ALPHA: f64 = 0.99;
-/// The seed's wired delay before a non-best completion is used.
+/// The thesis's wired delay before a non-best completion is used.
 pub const WIRED_DELAY_MS: u64 = 100;
-/// The seed's wireless defaults: α = 0.999 (1000 samples), delay 4.5 s (§4.4.1).
+/// The thesis's wireless defaults: α = 0.999 (1000 samples), delay 4.5 s (§4.4.1).
 pub const WIRELESS_ALPHA: f64 = 0.999;
-/// The seed's wireless delay: two lost SYNs on the best link before switching.
+/// The thesis's wireless delay: two lost SYNs on the best link before switching.
 pub const WIRELESS_DELAY_MS: u64 = 4500;
 
 /// AvMet's state: one weight per uplink.
@@ -82,7 +82,7 @@ impl AvMet {
         &self.weights
     }
 
-    /// The seed's `curbest` (the weight of uplink 1) when there are exactly two uplinks.
+    /// The thesis's `curbest` (the weight of uplink 1) when there are exactly two uplinks.
     pub fn curbest(&self) -> Option<f64> {
         (self.weights.len() == 2).then(|| self.weights[1])
     }
@@ -104,15 +104,15 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn two_links_match_the_seed_formula() {
+    fn two_links_match_the_thesis_formula() {
         let mut a = AvMet::new(2, 0.9);
         let mut curbest = 0.5;
         for link in [1u8, 1, 0, 1, 1, 1, 0, 0, 1] {
             a.record(UplinkId(link));
             curbest = 0.9 * curbest + 0.1 * f64::from(link);
             assert!((a.curbest().unwrap() - curbest).abs() < 1e-12);
-            let seed_best = if curbest > 0.5 { 1 } else { 0 };
-            assert_eq!(a.best(), UplinkId(seed_best));
+            let thesis_best = if curbest > 0.5 { 1 } else { 0 };
+            assert_eq!(a.best(), UplinkId(thesis_best));
         }
     }
 

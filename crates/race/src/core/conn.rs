@@ -1,4 +1,4 @@
-//! One connection's race: attempts over several uplinks, one winner, the seed's reset rules.
+//! One connection's race: attempts over several uplinks, one winner, the thesis's reset rules.
 //!
 //! The driver reports what happened to each attempt (`handle_connected`, `handle_refused`
 //! for an RST / ECONNREFUSED, `handle_failed` for anything else, `handle_timeout` at
@@ -90,11 +90,38 @@ impl AttemptState {
     }
 }
 
+/// What one started attempt showed about its uplink, measured from the attempt's own start
+/// (a predictor that learns from every attempt, not only from the first to connect, needs
+/// this: an attempt started 250 ms later that completed in 200 ms beat one that took 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptReport {
+    /// The handshake completed this long after the attempt started.
+    Connected(Duration),
+    /// The destination refused it (RST).
+    Refused,
+    /// It failed otherwise (unreachable, local error).
+    Failed,
+    /// No handshake within the connect timeout.
+    TimedOut,
+    /// Still connecting when the race was decided, this long after it started: the uplink
+    /// is at least this slow (a censored sample, not a failure).
+    Unfinished(Duration),
+}
+
+/// When one attempt started and how it ended (the states above forget the times).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct AttemptTimes {
+    started: Option<Instant>,
+    connected: Option<Instant>,
+}
+
 /// One connection's race.
 #[derive(Debug, Clone)]
 pub struct Race {
     started: Instant,
     attempts: ArrayVec<(UplinkId, AttemptState), MAX_UPLINKS>,
+    /// Parallel to `attempts`.
+    times: ArrayVec<AttemptTimes, MAX_UPLINKS>,
     preferred: Option<UplinkId>,
     hold: Duration,
     advance_on_failure: bool,
@@ -117,9 +144,11 @@ impl Race {
             }
             attempts.push((a.uplink, AttemptState::Planned(now + a.start_after)));
         }
+        let times = attempts.iter().map(|_| AttemptTimes::default()).collect();
         let mut race = Race {
             started: now,
             attempts,
+            times,
             preferred: plan.preferred,
             hold: plan.hold,
             advance_on_failure: plan.advance_on_failure,
@@ -139,6 +168,7 @@ impl Race {
             return; // closed by us already, or never started: nothing to decide
         };
         self.attempts[i].1 = AttemptState::Connected(now);
+        self.times[i].connected = Some(now);
         self.first.get_or_insert((uplink, now));
         let preferred_alive = self
             .preferred
@@ -238,6 +268,25 @@ impl Race {
         self.attempts.iter().copied()
     }
 
+    /// What each started attempt showed, once the race is decided (empty before).
+    pub fn reports(&self) -> impl Iterator<Item = (UplinkId, AttemptReport)> + '_ {
+        let decided = self.outcome.map(|(_, at)| at);
+        self.attempts
+            .iter()
+            .zip(&self.times)
+            .filter_map(move |(&(u, st), times)| {
+                let (decided, started) = (decided?, times.started?);
+                let report = match (times.connected, st) {
+                    (Some(at), _) => AttemptReport::Connected(at.saturating_since(started)),
+                    (None, AttemptState::Refused) => AttemptReport::Refused,
+                    (None, AttemptState::Failed) => AttemptReport::Failed,
+                    (None, AttemptState::TimedOut) => AttemptReport::TimedOut,
+                    (None, _) => AttemptReport::Unfinished(decided.saturating_since(started)),
+                };
+                Some((u, report))
+            })
+    }
+
     fn pending(&self, uplink: UplinkId) -> Option<usize> {
         self.attempts
             .iter()
@@ -246,6 +295,7 @@ impl Race {
 
     fn start(&mut self, now: Instant, i: usize) {
         self.attempts[i].1 = AttemptState::Pending(now + self.connect_timeout);
+        self.times[i].started = Some(now);
         self.actions.push_back(Action::Start(self.attempts[i].0));
     }
 

@@ -1,4 +1,4 @@
-//! Tests of the per-connection race: the seed's scenarios scripted, then a property test
+//! Tests of the per-connection race: the thesis's scenarios scripted, then a property test
 //! of the invariants over random event sequences.
 
 use super::*;
@@ -299,4 +299,45 @@ proptest! {
             prop_assert!(!st.alive());
         }
     }
+}
+
+/// Each started attempt is reported from its own start: the staggered one that was still
+/// connecting when the first won is a censored sample, the unstarted one is not reported.
+#[test]
+fn reports_measure_each_attempt_from_its_own_start() {
+    let plan = Plan {
+        attempts: [(U0, 0), (U1, 250), (U2, 500)]
+            .into_iter()
+            .map(|(uplink, d)| PlannedAttempt {
+                uplink,
+                start_after: ms(d),
+            })
+            .collect(),
+        preferred: None,
+        hold: ms(0),
+        advance_on_failure: false,
+    };
+    let mut r = Race::new(t(0), &plan, TIMEOUT);
+    assert_eq!(r.reports().count(), 0);
+    r.handle_timeout(t(250));
+    r.handle_connected(t(400), U0);
+    let reports: Vec<_> = r.reports().collect();
+    assert_eq!(
+        reports,
+        vec![
+            (U0, AttemptReport::Connected(ms(400))),
+            (U1, AttemptReport::Unfinished(ms(150)))
+        ]
+    );
+    let mut r = Race::new(t(0), &Plan::all(2, None, ms(0)), TIMEOUT);
+    r.handle_refused(t(3), U0);
+    r.handle_connected(t(9), U1);
+    let reports: Vec<_> = r.reports().collect();
+    assert_eq!(
+        reports,
+        vec![
+            (U0, AttemptReport::Refused),
+            (U1, AttemptReport::Connected(ms(9)))
+        ]
+    );
 }

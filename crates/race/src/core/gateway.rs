@@ -179,12 +179,13 @@ impl Gateway {
         let pin = dscp.and_then(|d| self.cfg.dscp_pins.iter().find(|(p, _)| *p == d));
         let plan = match pin {
             Some((_, uplink)) => Plan::single(*uplink),
-            None => self.predictor_mut(now, dst).plan(),
+            None => self.predictor_mut(now, dst).plan(now),
         };
         Ok(Race::new(now, &plan, self.cfg.connect_timeout))
     }
 
-    /// Tallies a decided race and teaches the predictor of `dst` which uplink was first.
+    /// Tallies a decided race and teaches the predictor of `dst` what each attempt showed
+    /// (its handshake time from its own start, or its failure) and which uplink was first.
     pub fn end_race(&mut self, now: Instant, dst: IpAddr, race: &Race) {
         let Some((outcome, _)) = race.outcome() else {
             return;
@@ -214,7 +215,11 @@ impl Gateway {
         if let Some(c) = first.and_then(|u| self.counters.get_mut(u.index())) {
             c.wins += 1;
         }
-        self.predictor_mut(now, dst).on_race(first);
+        let p = self.predictor_mut(now, dst);
+        for (u, report) in race.reports() {
+            p.on_attempt(now, u, report);
+        }
+        p.on_race(first);
     }
 
     /// A connection handed out by `begin` is closed; its slot is free again.

@@ -233,3 +233,76 @@ fn udp_flows_follow_avmet_and_are_counted() {
     let st = gw.status();
     assert_eq!((st.uplinks[0].udp_flows, st.uplinks[1].udp_flows), (1, 2));
 }
+
+/// Runs one race where uplink i's handshake takes `handshake[i]` ms from the start of its
+/// own attempt (None: its SYN is lost); returns the uplink used.
+fn run_timed(gw: &mut Gateway, start: Instant, handshake: [Option<u64>; 2]) -> Option<UplinkId> {
+    let mut race = gw.begin(start, DST, None).expect("not busy");
+    let (mut now, mut done): (Instant, Vec<(Instant, UplinkId)>) = (start, Vec::new());
+    let mut used = None;
+    loop {
+        while let Some(a) = race.poll_action() {
+            match a {
+                Action::Start(u) => {
+                    if let Some(h) = handshake[u.index()] {
+                        done.push((now + ms(h), u));
+                    }
+                }
+                Action::Use(u) => used = Some(u),
+                _ => {}
+            }
+        }
+        if race.outcome().is_some() {
+            break;
+        }
+        done.sort();
+        let next = done.first().map(|e| e.0);
+        match (next, race.poll_timeout()) {
+            (Some(e), d) if d.is_none_or(|d| e <= d) => {
+                let (at, u) = done.remove(0);
+                now = at;
+                race.handle_connected(at, u);
+            }
+            (_, Some(d)) => {
+                now = d;
+                race.handle_timeout(d);
+            }
+            (_, None) => break,
+        }
+    }
+    gw.end_race(race.outcome().map_or(start, |o| o.1), DST, &race);
+    gw.release();
+    used
+}
+
+/// The lock-in case: uplink A (0) takes 100 ms, B (1) 20 ms, but B's first SYN is lost,
+/// so A wins the first race. Learning only the winner, stagger then started A alone for
+/// every connection (B 250 ms later, never reached) and kept A forever. With per-attempt
+/// samples and re-probing, B is measured again and ranks first within a few dozen.
+#[test]
+fn stagger_does_not_lock_onto_the_first_winner() {
+    let mut c = cfg(PredictorConfig::Stagger { delay: ms(250) });
+    c.max_connections = 100;
+    let mut gw = Gateway::new(c, 1, t(0)).unwrap();
+    assert_eq!(
+        run_timed(&mut gw, t(0), [Some(100), None]),
+        Some(UplinkId(0))
+    );
+    assert_eq!(gw.status().best, UplinkId(0), "A won the first tie");
+    let mut used = Vec::new();
+    for i in 1..40 {
+        used.push(run_timed(&mut gw, t(1000 * i), [Some(100), Some(20)]));
+    }
+    assert_eq!(gw.status().best, UplinkId(1));
+    let p = gw.global.plan(t(40_000));
+    assert_eq!(p.attempts[0].uplink, UplinkId(1), "{p:?}");
+    let b = used.iter().filter(|u| **u == Some(UplinkId(1))).count();
+    assert!(b >= 20, "B used in {b} of 39: {used:?}");
+    assert!(
+        used[30..].iter().all(|u| *u == Some(UplinkId(1))),
+        "{used:?}"
+    );
+    let st = gw.status();
+    // A is still re-measured now and then (a stale uplink starts beside the top one).
+    assert!(st.uplinks[0].attempts > st.uplinks[0].chosen, "{st:?}");
+}

@@ -6,15 +6,22 @@
 //! (`multihome race`), the offline replay of a fetch dataset and the tests run the very
 //! same code:
 //!
-//! - [`avmet`]: the EWMA of which uplink connected first (seed §4.4), generalised to N.
-//! - [`probe`]: an ETT-like metric per uplink from periodic probes (seed §2.2, §4.3.2).
+//! - [`avmet`]: the EWMA of which uplink connected first (the thesis §4.4), generalised to N.
+//! - [`probe`]: an ETT-like metric per uplink from periodic probes (the thesis §2.2, §4.3.2),
+//!   and the probe predictor's choice with hysteresis.
+//! - [`stagger`]: Happy Eyeballs' handshake-time estimates learned from every attempt, and
+//!   re-probing of stale uplinks.
 //! - [`predictor`]: the five predictors (`race`, `avmet`, `static`, `probe`, `stagger`)
 //!   turned into a [`Plan`] per connection: which uplinks to try, when, which one is
 //!   preferred and how long a completion elsewhere is held back (the SYN-ACK delay queue).
-//! - [`conn`]: one connection's race ([`Race`]): the seed's reset rules (§3.1).
+//! - [`conn`]: one connection's race ([`Race`]): the thesis's reset rules (§3.1).
 //! - [`gateway`]: many races: per-uplink counters, predictor state global or per
 //!   destination, the bound on concurrent races, DSCP pins, probe schedule, and the uplink
 //!   of each UDP flow (from the same predictor).
+//! - [`nat`]: NAT mode's race: which SYN-ACK is forwarded to the client, which are held
+//!   (the delay queue) or reset, when the client is refused.
+//! - [`craft`]: the client's SYN copied with an uplink's address, the SYN-ACK readdressed to
+//!   the client (checksums recomputed).
 //! - [`hold`]: the client's SYN held while its connection is raced: which SYN starts a race,
 //!   which is a retransmission to drop, which is let through or refused once decided.
 //! - [`packet`]: the addresses, ports, DSCP and SYN flag of a queued packet.
@@ -24,13 +31,16 @@
 
 pub mod avmet;
 pub mod conn;
+pub mod craft;
 pub mod gateway;
 pub mod hold;
+pub mod nat;
 pub mod packet;
 pub mod predictor;
 pub mod probe;
+pub mod stagger;
 
-pub use conn::{Action, AttemptState, Outcome, Race};
+pub use conn::{Action, AttemptReport, AttemptState, Outcome, Race};
 pub use gateway::{Gateway, GatewayConfig, GatewayStatus, Scope, UplinkCounters};
 pub use hold::{Flow, SynHold, SynVerdict};
 pub use packet::{classify, Classified, Transport};

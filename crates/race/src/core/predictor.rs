@@ -2,25 +2,31 @@
 //!
 //! | predictor | tries | preferred | hold | source |
 //! |---|---|---|---|---|
-//! | `race` | every uplink at once | none: first to complete wins | 0 | MONET (seed §4.2) |
-//! | `avmet` | every uplink at once | AvMet's best | `delay` | seed §4.4 |
-//! | `static` | the configured uplink only | it | 0 | seed's "static best gateway" |
-//! | `probe` | the lowest-ETT uplink only | it | 0 | Roofnet's ETT (seed §4.3.2) |
-//! | `stagger` | best first, the next one `delay` later (or at once when one fails) | none | 0 | Happy Eyeballs, RFC 8305 §5 |
+//! | `race` | every uplink at once | none: first to complete wins | 0 | MONET (the thesis §4.2) |
+//! | `avmet` | every uplink at once | AvMet's best | `delay` | the thesis §4.4 |
+//! | `static` | the configured uplink only | it | 0 | thesis's "static best gateway" |
+//! | `probe` | the lowest-ETT uplink only | it | 0 | Roofnet's ETT (the thesis §4.3.2) |
+//! | `stagger` | best and stale uplinks first, the next one `delay` later (or at once when one fails) | none | 0 | Happy Eyeballs, RFC 8305 §5 |
 //!
-//! `static` and `probe` try a single uplink, exactly as the seed's baselines do (a manually
+//! `static` and `probe` try a single uplink, exactly as the thesis's baselines do (a manually
 //! configured gateway; Roofnet routing by metric): they are what the racing predictors are
-//! measured against. `stagger` ranks uplinks by the same EWMA of race wins as AvMet (RFC 8305
-//! §4 lets history order the candidates).
+//! measured against. `stagger` ranks uplinks by their expected handshake time learned from
+//! every attempt and re-measures stale ones ([`super::stagger`]); `probe` switches uplinks
+//! with hysteresis ([`super::probe::Choice`]).
 //!
 //! The predictor learns from every finished race ([`Predictor::on_race`]: the uplink that
-//! completed first, whether or not it was used) and from probes ([`Predictor::on_probe`]).
+//! completed first, whether or not it was used), from each attempt of it
+//! ([`Predictor::on_attempt`]: its handshake time from its own start, or its failure) and from
+//! probes ([`Predictor::on_probe`]).
 
 use super::avmet::{self, AvMet};
-use super::probe::{self, EttEstimator};
+use super::conn::AttemptReport;
+use super::probe::{Choice, EttEstimator};
+use super::stagger::{self, HandshakeEstimate};
 use super::{RaceError, UplinkId, MAX_UPLINKS};
 use arrayvec::ArrayVec;
 use core::time::Duration;
+use multihome_proto::Instant;
 
 /// Which predictor, with its parameters (validated by [`PredictorConfig::validate`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +55,7 @@ pub enum PredictorConfig {
 }
 
 impl PredictorConfig {
-    /// AvMet with the seed's wired defaults (α 0.99, D 100 ms).
+    /// AvMet with the thesis's wired defaults (α 0.99, D 100 ms).
     pub fn avmet_wired() -> Self {
         PredictorConfig::AvMet {
             alpha: avmet::WIRED_ALPHA,
@@ -57,7 +63,7 @@ impl PredictorConfig {
         }
     }
 
-    /// AvMet with the seed's wireless defaults (α 0.999, D 4.5 s).
+    /// AvMet with the thesis's wireless defaults (α 0.999, D 4.5 s).
     pub fn avmet_wireless() -> Self {
         PredictorConfig::AvMet {
             alpha: avmet::WIRELESS_ALPHA,
@@ -155,6 +161,12 @@ pub struct Predictor {
     /// Race winners (AvMet's state; also `stagger`'s ranking and shown for every predictor).
     wins: AvMet,
     ett: ArrayVec<EttEstimator, MAX_UPLINKS>,
+    /// The probe predictor's current uplink (hysteresis over `ett`).
+    choice: Choice,
+    /// Handshake estimates learned from every attempt (`stagger`'s ranking).
+    handshake: ArrayVec<HandshakeEstimate, MAX_UPLINKS>,
+    /// Races this predictor has learned from (`stagger`'s clock for staleness).
+    races: u64,
 }
 
 impl Predictor {
@@ -170,33 +182,24 @@ impl Predictor {
             n,
             wins: AvMet::new(n, alpha),
             ett: (0..n).map(|_| EttEstimator::default()).collect(),
+            choice: Choice::default(),
+            handshake: (0..n).map(|_| HandshakeEstimate::default()).collect(),
+            races: 0,
         }
     }
 
-    /// The plan for a new connection.
-    pub fn plan(&self) -> Plan {
+    /// The plan for a new connection starting at `now`.
+    pub fn plan(&self, now: Instant) -> Plan {
         match &self.config {
             PredictorConfig::Race => Plan::all(self.n, None, Duration::ZERO),
             PredictorConfig::AvMet { delay, .. } => {
                 Plan::all(self.n, Some(self.wins.best()), *delay)
             }
             PredictorConfig::Static { uplink } => Plan::single(*uplink),
-            PredictorConfig::Probe => Plan::single(UplinkId(probe::best(&self.ett) as u8)),
-            PredictorConfig::Stagger { delay } => Plan {
-                attempts: self
-                    .wins
-                    .ranking()
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, uplink)| PlannedAttempt {
-                        uplink,
-                        start_after: *delay * k as u32,
-                    })
-                    .collect(),
-                preferred: None,
-                hold: Duration::ZERO,
-                advance_on_failure: true,
-            },
+            PredictorConfig::Probe => Plan::single(self.choice.current()),
+            PredictorConfig::Stagger { delay } => {
+                stagger::plan(&self.handshake, self.races, now, *delay)
+            }
         }
     }
 
@@ -204,7 +207,8 @@ impl Predictor {
     pub fn best(&self) -> UplinkId {
         match &self.config {
             PredictorConfig::Static { uplink } => *uplink,
-            PredictorConfig::Probe => UplinkId(probe::best(&self.ett) as u8),
+            PredictorConfig::Probe => self.choice.current(),
+            PredictorConfig::Stagger { .. } => stagger::ranking(&self.handshake)[0],
             _ => self.wins.best(),
         }
     }
@@ -215,22 +219,34 @@ impl Predictor {
         if let Some(u) = first {
             self.wins.record(u);
         }
+        self.races += 1;
+    }
+
+    /// Learns from one attempt of a race decided at `now` (call before [`Self::on_race`]
+    /// for the same race, so the samples carry that race's number).
+    pub fn on_attempt(&mut self, now: Instant, uplink: UplinkId, report: AttemptReport) {
+        if let Some(e) = self.handshake.get_mut(uplink.index()) {
+            e.on_attempt(self.races, now, report);
+        }
     }
 
     /// Learns from a probe of `uplink`: its RTT, or `None` if it was lost.
     pub fn on_probe(&mut self, uplink: UplinkId, rtt: Option<Duration>) {
-        if let Some(e) = self.ett.get_mut(uplink.index()) {
-            match rtt {
-                Some(rtt) => e.on_reply(rtt),
-                None => e.on_loss(),
-            }
+        let Some(e) = self.ett.get_mut(uplink.index()) else {
+            return;
+        };
+        match rtt {
+            Some(rtt) => e.on_reply(rtt),
+            None => e.on_loss(),
         }
+        self.choice.update(&self.ett);
     }
 
     /// Takes over `other`'s probe estimators (a new per-destination predictor).
     pub fn copy_probe_state(&mut self, other: &Predictor) {
         if other.ett.len() == self.ett.len() {
             self.ett = other.ett.clone();
+            self.choice = other.choice;
         }
     }
 
@@ -242,6 +258,11 @@ impl Predictor {
     /// The EWMA of race winners (AvMet's weights).
     pub fn wins(&self) -> &AvMet {
         &self.wins
+    }
+
+    /// Handshake estimates (`stagger`), one per uplink.
+    pub fn handshake(&self) -> &[HandshakeEstimate] {
+        &self.handshake
     }
 
     /// Probe estimators, one per uplink.
@@ -258,20 +279,22 @@ mod tests {
         Duration::from_millis(v)
     }
 
+    const T0: Instant = Instant::from_micros(0);
+
     #[test]
     fn plans_follow_the_table() {
-        let race = Predictor::new(PredictorConfig::Race, 2).plan();
+        let race = Predictor::new(PredictorConfig::Race, 2).plan(T0);
         assert_eq!(race.attempts.len(), 2);
         assert_eq!((race.preferred, race.hold), (None, Duration::ZERO));
 
         let mut av = Predictor::new(PredictorConfig::avmet_wireless(), 2);
-        assert_eq!(av.plan().preferred, Some(UplinkId(0)));
-        assert_eq!(av.plan().hold, ms(4500));
+        assert_eq!(av.plan(T0).preferred, Some(UplinkId(0)));
+        assert_eq!(av.plan(T0).hold, ms(4500));
         for _ in 0..10 {
             av.on_race(Some(UplinkId(1)));
         }
         av.on_race(None);
-        assert_eq!(av.plan().preferred, Some(UplinkId(1)));
+        assert_eq!(av.plan(T0).preferred, Some(UplinkId(1)));
         assert_eq!(av.wins().samples(), 10);
 
         let st = Predictor::new(
@@ -280,28 +303,35 @@ mod tests {
             },
             3,
         );
-        assert_eq!(st.plan(), Plan::single(UplinkId(1)));
+        assert_eq!(st.plan(T0), Plan::single(UplinkId(1)));
         assert_eq!(st.best(), UplinkId(1));
 
         let mut pr = Predictor::new(PredictorConfig::Probe, 2);
         pr.on_probe(UplinkId(0), Some(ms(40)));
         pr.on_probe(UplinkId(1), Some(ms(10)));
-        assert_eq!(pr.plan(), Plan::single(UplinkId(1)));
+        assert_eq!(pr.plan(T0), Plan::single(UplinkId(1)));
         for _ in 0..14 {
             pr.on_probe(UplinkId(1), None);
         }
         assert_eq!(pr.best(), UplinkId(0), "{:?}", pr.ett());
 
         let mut sg = Predictor::new(PredictorConfig::Stagger { delay: ms(250) }, 3);
+        let order = |p: &Plan| -> Vec<(u8, u64)> {
+            p.attempts
+                .iter()
+                .map(|a| (a.uplink.0, a.start_after.as_millis() as u64))
+                .collect()
+        };
+        // Nothing measured: every uplink is stale and starts at once.
+        assert_eq!(order(&sg.plan(T0)), vec![(0, 0), (1, 0), (2, 0)]);
+        for (u, d) in [(0, 30), (1, 20), (2, 10)] {
+            sg.on_attempt(T0, UplinkId(u), AttemptReport::Connected(ms(d)));
+        }
         sg.on_race(Some(UplinkId(2)));
-        let p = sg.plan();
-        let order: Vec<(u8, u64)> = p
-            .attempts
-            .iter()
-            .map(|a| (a.uplink.0, a.start_after.as_millis() as u64))
-            .collect();
-        assert_eq!(order, vec![(2, 0), (0, 250), (1, 500)]);
+        let p = sg.plan(T0);
+        assert_eq!(order(&p), vec![(2, 0), (1, 250), (0, 500)]);
         assert!(p.advance_on_failure);
+        assert_eq!(sg.best(), UplinkId(2));
     }
 
     #[test]

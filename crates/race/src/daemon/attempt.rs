@@ -93,7 +93,41 @@ pub async fn connect(
     sock.connect(dst).await
 }
 
-/// Closes `s` with an RST (SO_LINGER 0): a loser of a race, or a finished probe. The seed
+/// A raw IPv4 socket that sends NAT mode's SYN copies out of one uplink.
+///
+/// Why `IPPROTO_RAW` (header included) rather than `AF_PACKET`: the copy still goes through
+/// the kernel's routing (the uplink's table, picked by the bound source address and device),
+/// neighbour resolution of the uplink's gateway, netfilter (the `notrack` by mark) and the
+/// uplink's qdisc (shaping applies), where an `AF_PACKET` send would need the next hop's MAC
+/// address and bypass all of it.
+#[derive(Debug)]
+pub struct RawSender {
+    sock: Socket,
+}
+
+impl RawSender {
+    /// Opens the socket bound to the uplink's device and IPv4 address, marked `mark`.
+    pub fn open(interface: &str, addr: std::net::Ipv4Addr, mark: u32) -> io::Result<RawSender> {
+        let sock = Socket::new(
+            Domain::IPV4,
+            Type::RAW.cloexec(),
+            Some(socket2::Protocol::from(libc::IPPROTO_RAW)),
+        )?;
+        sock.bind_device(Some(interface.as_bytes()))?;
+        sock.bind(&SocketAddr::new(IpAddr::V4(addr), 0).into())?;
+        sock.set_mark(mark)?;
+        sock.set_nonblocking(true)?;
+        Ok(RawSender { sock })
+    }
+
+    /// Sends one whole IPv4 packet (its header included) to `dst`.
+    pub fn send(&self, packet: &[u8], dst: std::net::Ipv4Addr) -> io::Result<()> {
+        let to = SocketAddr::new(IpAddr::V4(dst), 0);
+        self.sock.send_to(packet, &to.into()).map(|_| ())
+    }
+}
+
+/// Closes `s` with an RST (SO_LINGER 0): a loser of a race, or a finished probe. The thesis
 /// resets losers so the server keeps no state for them (§3.1).
 pub fn reset(s: TcpStream) {
     // Linger 0 never blocks: the close is an immediate RST.

@@ -5,7 +5,7 @@
 //! [race]
 //! lan_interfaces = ["lan0"]      # where intercepted connections come from
 //! predictor = "avmet"            # race | avmet | static | probe | stagger
-//! avmet_profile = "wired"        # the seed's defaults: wired (α 0.99, 100 ms) or wireless (α 0.999, 4.5 s)
+//! avmet_profile = "wired"        # the thesis's defaults: wired (α 0.99, 100 ms) or wireless (α 0.999, 4.5 s)
 //! avmet_alpha = 0.99             # overrides the profile
 //! avmet_delay_ms = 100
 //! static_uplink = "dsl"          # for predictor = "static"
@@ -16,6 +16,8 @@
 //! connect_timeout_ms = 10000
 //! max_connections = 512
 //! listen_port = 7070             # the TPROXY listener (local only)
+//! mode = "proxy"                # or "nat": forward the client's own SYN over every uplink and
+//!                                # hand the winner to kernel NAT (IPv4; needs hold_syns)
 //! hold_syns = true               # hold each client SYN in netfilter queue `queue_num` while racing,
 //!                                # so a refusal reaches the client as a refusal (needs iptables)
 //! udp_flows = true               # give each new UDP flow from the LAN one uplink (same predictor)
@@ -72,6 +74,7 @@ struct RaceSection {
     max_connections: Option<Spanned<usize>>,
     listen_port: Option<u16>,
     hold_syns: Option<bool>,
+    mode: Option<Spanned<String>>,
     udp_flows: Option<bool>,
     queue_num: Option<u16>,
     table_base: Option<Spanned<u32>>,
@@ -99,6 +102,17 @@ pub struct UplinkSettings {
     pub gateway: Option<IpAddr>,
 }
 
+/// How a won connection is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Terminated at the gateway (TPROXY) and relayed with splice(2) over the winner's
+    /// own connection.
+    Proxy,
+    /// The client's SYN copied out on every uplink; the first SYN-ACK passed back; the
+    /// connection then goes through the kernel's NAT over the winner (the thesis's MultiNAT).
+    Nat,
+}
+
 /// Validated settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RaceSettings {
@@ -114,6 +128,8 @@ pub struct RaceSettings {
     pub listen_port: u16,
     /// Hold each client's SYN in the netfilter queue while its connection is raced.
     pub hold_syns: bool,
+    /// Proxy (relay) or NAT (kernel data path).
+    pub mode: Mode,
     /// Route each new UDP flow from the LAN over one uplink chosen by the predictor.
     pub udp_flows: bool,
     /// The netfilter queue number for held SYNs and new UDP flows.
@@ -190,6 +206,7 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
         ));
     }
     check_lan_interfaces(src, r)?;
+    let mode = mode(src, r)?;
     let gateway = GatewayConfig {
         n_uplinks: uplinks.len(),
         predictor,
@@ -213,6 +230,7 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
         probe_target,
         listen_port: r.listen_port.unwrap_or(7070),
         hold_syns: r.hold_syns.unwrap_or(true),
+        mode,
         udp_flows: r.udp_flows.unwrap_or(true),
         queue_num: r.queue_num.unwrap_or(7070),
         table_base,
@@ -308,6 +326,28 @@ fn scope(src: &Source<'_>, r: &RaceSection) -> Result<Scope, ConfigError> {
 }
 
 /// The LAN interfaces must be names `ip link` could show (they are written into rules).
+fn mode(src: &Source<'_>, r: &RaceSection) -> Result<Mode, ConfigError> {
+    let Some(m) = &r.mode else {
+        return Ok(Mode::Proxy);
+    };
+    let at = m.span().start;
+    match m.get_ref().as_str() {
+        "proxy" => Ok(Mode::Proxy),
+        // NAT mode forwards the held SYN's copies: without holding there is nothing to copy.
+        "nat" if r.hold_syns == Some(false) => Err(src.err(
+            at,
+            "mode \"nat\" needs hold_syns",
+            "remove hold_syns = false, or use mode = \"proxy\"",
+        )),
+        "nat" => Ok(Mode::Nat),
+        other => Err(src.err(
+            at,
+            format!("unknown mode `{other}`"),
+            "use \"proxy\" or \"nat\"",
+        )),
+    }
+}
+
 fn check_lan_interfaces(src: &Source<'_>, r: &RaceSection) -> Result<(), ConfigError> {
     for l in &r.lan_interfaces {
         if l.get_ref().is_empty() || l.get_ref().len() > 15 || l.get_ref().contains(['"', ' ', '/'])
@@ -437,6 +477,17 @@ mod tests {
         assert_eq!(s.gateway.probe_interval, None);
         assert!(s.hold_syns && s.udp_flows);
         assert_eq!(s.queue_num, 7070);
+        assert_eq!(s.mode, Mode::Proxy);
+        let s = parse(&format!(
+            "[race]\npredictor = \"race\"\nmode = \"nat\"\n{UPLINKS}"
+        ))
+        .unwrap();
+        assert_eq!(s.mode, Mode::Nat);
+        let e = parse(&format!(
+            "[race]\npredictor = \"race\"\nhold_syns = false\nmode = \"nat\"\n{UPLINKS}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
         let s = parse(&format!(
             "[race]\npredictor = \"static\"\nstatic_uplink = \"b\"\n{UPLINKS}"
         ))

@@ -18,7 +18,7 @@
 //! [`super::status`], [`super::drive`] and [`super::state`]; none of them uses it.
 
 use super::attempt;
-use super::config::RaceSettings;
+use super::config::{Mode, RaceSettings};
 use super::drive::{drive, relay};
 use super::held;
 use super::nfqueue::NfQueue;
@@ -43,15 +43,26 @@ pub fn run(settings: RaceSettings) -> Result<()> {
     raise_fd_limit();
     block_on(async move {
         let addrs = setup::uplink_addresses(&settings.uplinks)?;
-        let listeners = attempt::listeners(settings.listen_port).with_context(|| {
-            format!(
-                "opening the transparent listener on port {}",
-                settings.listen_port
-            )
-        })?;
+        let nat_mode = settings.mode == Mode::Nat;
+        // NAT mode diverts nothing to a listener.
+        let listeners = if nat_mode {
+            Vec::new()
+        } else {
+            attempt::listeners(settings.listen_port).with_context(|| {
+                format!(
+                    "opening the transparent listener on port {}",
+                    settings.listen_port
+                )
+            })?
+        };
+        let nat = if nat_mode {
+            Some(super::nat::open(&settings, &addrs).context("opening NAT mode's raw sockets")?)
+        } else {
+            None
+        };
         // Bound before the rules that feed it exist, so no SYN is queued to nobody.
         let queue = open_queue(&settings)?;
-        if settings.udp_flows && !ipv4_forwarding() {
+        if (settings.udp_flows || nat_mode) && !ipv4_forwarding() {
             tracing::warn!(
                 "net.ipv4.ip_forward is 0: UDP flows from the LAN will not be forwarded; \
                  enable it (sysctl -w net.ipv4.ip_forward=1) or set udp_flows = false"
@@ -68,13 +79,14 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         };
         let clock = Clock::new();
         let gw = Gateway::new(settings.gateway.clone(), seed, clock.now())?;
-        let sh = Rc::new(Shared::new(gw, clock, settings, addrs, queue));
+        let sh = Rc::new(Shared::new(gw, clock, settings, addrs, queue, nat));
         tracing::info!(
-            "racing TCP from {:?} over {} uplinks with predictor {} (listener port {}, \
+            "racing TCP from {:?} over {} uplinks with predictor {} ({:?} mode, listener port {}, \
              SYNs held: {}, UDP flows routed: {}, queue {})",
             sh.settings.lan_interfaces,
             sh.settings.uplinks.len(),
             sh.settings.gateway.predictor.name(),
+            sh.settings.mode,
             sh.settings.listen_port,
             sh.settings.hold_syns,
             sh.settings.udp_flows,

@@ -10,6 +10,9 @@
 //!   relays it. When every uplink refused or timed out, the SYN is accepted with
 //!   [`REFUSE_MARK`] and the nftables chain answers it with an RST: the client's connect()
 //!   fails with ECONNREFUSED. A SYN that finds the gateway full is refused the same way.
+//! - NAT mode (`mode = "nat"`): the held SYN's race is carried out by [`nat::connection`]
+//!   (copies of the SYN, answers judged by the core, winner handed to the kernel's NAT), and
+//!   the answers to the copies and the client's first ACK are taken by [`nat::on_packet`].
 //! - A UDP flow's first packet is accepted with its uplink's mark, chosen by the same
 //!   predictor as the races (`Gateway::flow_uplink`); conntrack carries the mark to the
 //!   flow's later packets (see [`super::setup`]).
@@ -27,6 +30,7 @@
 
 use super::attempt;
 use super::drive::{drive, relay};
+use super::nat;
 use super::nfqueue::{Packet, Verdict};
 use super::setup::{uplink_mark, REFUSE_MARK, UPLINK_MARK_MASK};
 use super::state::{Held, Shared, Slot};
@@ -87,6 +91,10 @@ fn refuse(sh: &Shared, h: Held) {
 }
 
 fn on_packet(sh: &Rc<Shared>, p: Packet) {
+    // NAT mode's answers to SYN copies and first ACKs are its own business.
+    let Some(p) = nat::on_packet(sh, p) else {
+        return;
+    };
     let Some(c) = classify(&p.payload) else {
         verdict(sh, p.id, Verdict::Accept, None);
         return;
@@ -114,6 +122,12 @@ fn on_packet(sh: &Rc<Shared>, p: Packet) {
 }
 
 fn on_syn(sh: &Rc<Shared>, flow: Flow, dscp: u8, p: Packet) {
+    let nat_mode = sh.nat.is_some();
+    if nat_mode && !flow.client.is_ipv4() {
+        // NAT mode races IPv4 only; an IPv6 connection is routed as it came.
+        verdict(sh, p.id, Verdict::Accept, None);
+        return;
+    }
     let held = Held {
         id: p.id,
         mark: p.mark,
@@ -126,6 +140,9 @@ fn on_syn(sh: &Rc<Shared>, flow: Flow, dscp: u8, p: Packet) {
                 .borrow_mut()
                 .begin(sh.clock.now(), flow.dst.ip(), Some(dscp));
             match begun {
+                Ok(race) if nat_mode => {
+                    tokio::task::spawn_local(nat::connection(sh.clone(), flow, race, p.payload));
+                }
                 Ok(race) => {
                     tokio::task::spawn_local(held_connection(sh.clone(), flow, race));
                 }
@@ -141,6 +158,12 @@ fn on_syn(sh: &Rc<Shared>, flow: Flow, dscp: u8, p: Packet) {
             }
         }
         SynVerdict::Drop(h) => verdict(sh, h.id, Verdict::Drop, None),
+        // NAT mode: a retransmitted SYN of a won flow (our SYN-ACK was lost) goes out of
+        // its uplink through the kernel's NAT; the server answers it again.
+        SynVerdict::Accept(h) if nat_mode => {
+            let mark = nat::admitted_mark(sh, flow, h.mark);
+            verdict(sh, h.id, Verdict::Accept, mark);
+        }
         SynVerdict::Accept(h) => accept(sh, h),
         SynVerdict::Busy(h) => {
             sh.log_busy(sh.hold.borrow().capacity());

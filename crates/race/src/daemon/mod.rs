@@ -5,7 +5,7 @@
 //! held in a netfilter queue ([`nfqueue`], fed by an iptables NFQUEUE rule: this kernel has
 //! no nftables `queue` statement) while the sans-IO core ([`crate::core`]) plans attempts, one
 //! socket per uplink bound to that uplink's device and address ([`attempt`]), and decides
-//! by the seed's rules ([`held`]). The losers are reset; the client's SYN is then let
+//! by the thesis's rules ([`held`]). The losers are reset; the client's SYN is then let
 //! through to a transparent listener (nftables TPROXY, [`setup`]) and its connection is
 //! relayed over the winner with splice(2) ([`splice`]) — or, when every uplink refused or
 //! timed out, the SYN is answered with an RST, so the client's connect() fails with
@@ -15,9 +15,14 @@
 //!
 //! Dependencies among the modules point one way (no module imports one above it):
 //!
+//! In NAT mode (`mode = "nat"`, [`nat`]) the client's own SYN is copied out on every uplink
+//! instead, the first SYN-ACK passed back, the others reset, and the connection handed to
+//! the kernel's NAT: no relay.
+//!
 //! ```text
 //! event_loop                      owns the state, starts the tasks, answers the control socket
 //!   ├─> held                      the queue side: holds SYNs, gives verdicts, marks UDP flows
+//!   │     ├─> nat                 NAT mode: SYN copies, answers, hand-over to kernel NAT
 //!   │     └─> drive               one race over sockets, the relay of its winner
 //!   ├─> status                    reads the state into the status document
 //!   └─> drive
@@ -41,6 +46,7 @@ pub mod config;
 pub mod drive;
 pub mod event_loop;
 pub mod held;
+pub mod nat;
 pub mod nfqueue;
 pub mod replay;
 pub mod setup;

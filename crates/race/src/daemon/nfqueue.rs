@@ -122,6 +122,18 @@ impl NfQueue {
 
     /// Gives packet `id` its verdict; `mark` replaces the packet's mark.
     pub fn verdict(&self, id: u32, verdict: Verdict, mark: Option<u32>) -> io::Result<()> {
+        self.verdict_with(id, verdict, mark, None)
+    }
+
+    /// As [`Self::verdict`], and `payload` (from the IP header on) replaces the packet's
+    /// bytes: NAT mode readdresses a SYN-ACK this way and lets the kernel forward it.
+    pub fn verdict_with(
+        &self,
+        id: u32,
+        verdict: Verdict,
+        mark: Option<u32>,
+        payload: Option<&[u8]>,
+    ) -> io::Result<()> {
         let mut hdr = Vec::from(
             match verdict {
                 Verdict::Drop => 0u32,
@@ -134,6 +146,9 @@ impl NfQueue {
         let mut attrs: Vec<(u16, &[u8])> = vec![(NFQA_VERDICT_HDR, &hdr)];
         if let Some(m) = &mark {
             attrs.push((NFQA_MARK, m));
+        }
+        if let Some(p) = payload {
+            attrs.push((NFQA_PAYLOAD, p));
         }
         let msg = message(NFQNL_MSG_VERDICT, self.num, 0, false, &attrs);
         self.sock.send(&msg, 0).map(|_| ())

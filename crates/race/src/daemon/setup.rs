@@ -22,6 +22,13 @@
 //!   (original direction only, so replies are routed to the LAN as usual); `ip rule fwmark`
 //!   sends marked packets to the uplink's table, and they are masqueraded to the uplink's
 //!   address. The kernel forwards them (net.ipv4.ip_forward must be on).
+//! - **NAT mode** (`mode = "nat"`): no TPROXY. The SYN copies the daemon sends carry
+//!   [`RAW_MARK`] and are exempt from conntrack (`rawout` chain), so their answers are
+//!   conntrack-INVALID on arrival; iptables queues exactly those SYN-ACKs and RSTs from the
+//!   uplinks ([`nat_queue_rules`]), and the client's first ACK (a conntrack pick-up: NEW
+//!   without SYN). The daemon marks that ACK with the winner's uplink mark, and from there
+//!   it is a UDP flow's path: ct mark, `fwmark` rule to the uplink's table, masquerade to
+//!   the uplink's address (the client's port is kept: nothing else holds that tuple).
 //! - Each uplink `i` gets routing table `table_base + 1 + i` with its default route, and a
 //!   rule `from <uplink address> lookup` it. Sockets of an attempt are bound to the uplink's
 //!   address and device, so they leave by that uplink whatever the main table says, and the
@@ -33,7 +40,7 @@
 //! exactly those, queue rules first so no SYN is queued to a daemon that is going away.
 //! Names were validated by the config.
 
-use super::config::{RaceSettings, UplinkSettings};
+use super::config::{Mode, RaceSettings, UplinkSettings};
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
 
@@ -43,6 +50,10 @@ pub const TABLE: &str = "multihome_race";
 pub const MARK: u32 = 0x0010_0000;
 /// Packet mark bit of a held SYN the daemon refuses: the chain resets it.
 pub const REFUSE_MARK: u32 = 0x0020_0000;
+/// Mark of NAT mode's own packets (the SYN copies): the `rawout` chain exempts them from
+/// connection tracking, so the kernel's NAT can later give the client's connection the very
+/// same uplink-side 4-tuple.
+pub const RAW_MARK: u32 = 0x0040_0000;
 /// Mark bits of a UDP flow's uplink: `(i + 1) << 24` for uplink `i` (0 = none).
 pub const UPLINK_MARK_MASK: u32 = 0x0f00_0000;
 
@@ -123,8 +134,10 @@ fn run(args: &[&str], input: Option<&str>) -> Result<(), SetupError> {
     }
 }
 
-/// The nftables ruleset text.
-pub fn ruleset(lan: &[String], port: u16, udp_flows: bool) -> String {
+/// The nftables ruleset text. In NAT mode (`nat`) TCP is not diverted to the listener: a
+/// won connection carries its uplink's mark like a UDP flow, and the SYN copies are
+/// untracked.
+pub fn ruleset(lan: &[String], port: u16, udp_flows: bool, nat: bool) -> String {
     let lan_match = if lan.is_empty() {
         String::new()
     } else {
@@ -134,11 +147,12 @@ pub fn ruleset(lan: &[String], port: u16, udp_flows: bool) -> String {
     // UDP: save the uplink the daemon chose in the flow's conntrack mark; restore it on the
     // flow's later packets from the LAN (never on replies, which go to the LAN by the main
     // table); masquerade to the uplink's address.
-    let (udp, nat) = if udp_flows {
+    let (udp, masq) = if udp_flows || nat {
         let m = UPLINK_MARK_MASK;
+        let protos = if nat { "{ tcp, udp }" } else { "udp" };
         (
             format!(
-                "\t\tmeta l4proto udp meta mark & {m:#010x} != 0 ct mark set meta mark\n\
+                "\t\tmeta l4proto {protos} meta mark & {m:#010x} != 0 ct mark set meta mark\n\
                  \t\tct direction original ct mark & {m:#010x} != 0 meta mark set ct mark\n"
             ),
             format!(
@@ -151,17 +165,33 @@ pub fn ruleset(lan: &[String], port: u16, udp_flows: bool) -> String {
     } else {
         (String::new(), String::new())
     };
+    let divert = if nat {
+        String::new()
+    } else {
+        format!(
+            "\t\t{lan_match}meta l4proto tcp socket transparent 1 meta mark set meta mark | {MARK:#x} accept\n\
+             \t\t{lan_match}fib daddr type local return\n\
+             \t\t{lan_match}meta l4proto tcp tproxy to :{port} meta mark set meta mark | {MARK:#x} accept\n"
+        )
+    };
+    let rawout = if nat {
+        format!(
+            "\tchain rawout {{\n\
+             \t\ttype filter hook output priority raw; policy accept;\n\
+             \t\tmeta mark & {RAW_MARK:#x} == {RAW_MARK:#x} notrack\n\
+             \t}}\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "table inet {TABLE} {{}}\ndelete table inet {TABLE}\n\
          table inet {TABLE} {{\n\
          \tchain divert {{\n\
          \t\ttype filter hook prerouting priority mangle + 5; policy accept;\n\
          \t\t{lan_match}meta mark & {REFUSE_MARK:#x} == {REFUSE_MARK:#x} reject with tcp reset\n\
-         {udp}\
-         \t\t{lan_match}meta l4proto tcp socket transparent 1 meta mark set meta mark | {MARK:#x} accept\n\
-         \t\t{lan_match}fib daddr type local return\n\
-         \t\t{lan_match}meta l4proto tcp tproxy to :{port} meta mark set meta mark | {MARK:#x} accept\n\
-         \t}}\n{nat}}}\n"
+         {udp}{divert}\
+         \t}}\n{masq}{rawout}}}\n"
     )
 }
 
@@ -195,6 +225,69 @@ pub fn queue_rules(s: &RaceSettings) -> Vec<Vec<String>> {
             r.extend(["-m", "comment", "--comment", TABLE]);
             r.extend(["-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"]);
             out.push(r.into_iter().map(String::from).collect());
+        }
+    }
+    out
+}
+
+/// NAT mode's extra iptables rules (IPv4 only; NAT mode races IPv4): the first packet of a
+/// TCP connection that conntrack picks up without a SYN (the client's ACK to the SYN-ACK
+/// we passed on: its own SYN was never forwarded) from the LAN, so the daemon can mark it
+/// with its uplink; and SYN-ACKs and RSTs arriving on the uplinks that belong to no tracked
+/// connection (conntrack state INVALID: our SYN copies are untracked) — the answers to the
+/// copies.
+pub fn nat_queue_rules(s: &RaceSettings) -> Vec<Vec<String>> {
+    let queue = s.queue_num.to_string();
+    let tail = [
+        "-m",
+        "comment",
+        "--comment",
+        TABLE,
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+    ];
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut push = |head: Vec<&str>| {
+        let mut r: Vec<String> = head.into_iter().map(String::from).collect();
+        r.extend(tail.iter().map(|x| x.to_string()));
+        r.extend([queue.clone(), "--queue-bypass".to_string()]);
+        out.push(r);
+    };
+    let lans: Vec<Option<&str>> = if s.lan_interfaces.is_empty() {
+        vec![None]
+    } else {
+        s.lan_interfaces.iter().map(|l| Some(l.as_str())).collect()
+    };
+    for lan in lans {
+        let mut r = lan.map_or(vec![], |l| vec!["-i", l]);
+        r.extend([
+            "-p",
+            "tcp",
+            "!",
+            "--syn",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+        ]);
+        push(r);
+    }
+    for u in &s.uplinks {
+        for flags in [["SYN,ACK,RST", "SYN,ACK"], ["RST", "RST"]] {
+            push(vec![
+                "-i",
+                &u.interface,
+                "-p",
+                "tcp",
+                "--tcp-flags",
+                flags[0],
+                flags[1],
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "INVALID",
+            ]);
         }
     }
     out
@@ -333,8 +426,9 @@ impl Interception {
                 }
                 route.extend(["dev", &u.interface, "table", &table]);
                 self.add(&route, &["ip", fam, "route", "flush", "table", &table])?;
-                if s.udp_flows {
-                    // UDP flows marked for this uplink use its table.
+                if s.udp_flows || s.mode == Mode::Nat {
+                    // UDP flows (and NAT-mode connections) marked for this uplink use its
+                    // table.
                     let m = format!("{:#x}/{UPLINK_MARK_MASK:#x}", uplink_mark(i));
                     let pref = (RULE_PREF + 10 + i as u32).to_string();
                     self.add(
@@ -353,7 +447,8 @@ impl Interception {
 
     /// The nftables table: refusal, TPROXY, UDP marks, masquerade.
     fn nft_table(&mut self, s: &RaceSettings) -> Result<(), SetupError> {
-        let text = ruleset(&s.lan_interfaces, s.listen_port, s.udp_flows);
+        let nat = s.mode == Mode::Nat;
+        let text = ruleset(&s.lan_interfaces, s.listen_port, s.udp_flows, nat);
         run(&["nft", "-f", "-"], Some(&text))?;
         self.undo.push(vec![
             "nft".into(),
@@ -387,6 +482,18 @@ impl Interception {
                 }
             }
         }
+        if s.mode == Mode::Nat {
+            for rule in nat_queue_rules(s) {
+                let mut add = vec!["iptables", "-w", "-t", "mangle", "-A", "PREROUTING"];
+                add.extend(rule.iter().map(String::as_str));
+                let mut del = add.clone();
+                del[4] = "-D";
+                self.add(&add, &del).map_err(|e| match e {
+                    SetupError::Command { cmd, stderr } => SetupError::Queue { cmd, stderr },
+                    e => e,
+                })?;
+            }
+        }
         Ok(())
     }
 
@@ -418,7 +525,7 @@ mod tests {
 
     #[test]
     fn ruleset_text() {
-        let r = ruleset(&["lan0".into(), "lan1".into()], 7070, true);
+        let r = ruleset(&["lan0".into(), "lan1".into()], 7070, true, false);
         assert!(r.contains("iifname { \"lan0\", \"lan1\" } meta l4proto tcp tproxy to :7070"));
         assert!(r.contains("delete table inet multihome_race"));
         assert!(r.contains("meta mark | 0x100000 accept"));
@@ -429,9 +536,19 @@ mod tests {
             "refusal before the divert"
         );
         assert!(r.contains("ct mark & 0x0f000000 != 0 masquerade"));
-        let bare = ruleset(&[], 1, false);
+        let bare = ruleset(&[], 1, false, false);
         assert!(!bare.contains("iifname"));
         assert!(!bare.contains("masquerade") && !bare.contains("ct mark"));
+        assert!(!bare.contains("notrack"));
+        let nat = ruleset(&["lan0".into()], 1, false, true);
+        assert!(!nat.contains("tproxy"), "NAT mode diverts nothing");
+        assert!(nat.contains("meta l4proto { tcp, udp } meta mark & 0x0f000000 != 0 ct mark set"));
+        assert!(nat.contains("ct mark & 0x0f000000 != 0 masquerade"));
+        assert!(nat.contains("meta mark & 0x400000 == 0x400000 notrack"));
+        assert!(
+            nat.contains("reject with tcp reset"),
+            "refusals as in proxy mode"
+        );
     }
 
     #[test]
@@ -455,6 +572,13 @@ mod tests {
             "{first}"
         );
         assert!(rules[3].join(" ").starts_with("-i lan1 -p udp"));
+        let nat: Vec<String> = nat_queue_rules(&s).iter().map(|r| r.join(" ")).collect();
+        assert_eq!(nat.len(), 2 + 2, "{nat:?}");
+        assert!(nat[0].starts_with("-i lan0 -p tcp ! --syn -m conntrack --ctstate NEW -m comment"));
+        assert!(nat[2].starts_with(
+            "-i u0 -p tcp --tcp-flags SYN,ACK,RST SYN,ACK -m conntrack --ctstate INVALID"
+        ));
+        assert!(nat[3].ends_with("--queue-num 9 --queue-bypass"), "{nat:?}");
         s.hold_syns = false;
         s.udp_flows = false;
         assert!(queue_rules(&s).is_empty());

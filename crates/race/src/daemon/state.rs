@@ -7,18 +7,21 @@
 //! is borrowed only between awaits, never across one, so no borrow can collide; every
 //! connection that took a gateway slot holds a [`Slot`], which gives it back on drop.
 
+use super::attempt::RawSender;
 use super::config::RaceSettings;
 use super::nfqueue::NfQueue;
+use super::nfqueue::Packet;
 use super::setup::UplinkAddrs;
-use crate::core::{Flow, Gateway, SynHold};
+use crate::core::{Flow, Gateway, SynHold, UplinkId};
 use multihome_runtime::Clock;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::net::SocketAddrV4;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// How often at most the "connection limit reached" line is logged.
 const BUSY_LOG_EVERY: Duration = Duration::from_secs(5);
@@ -30,6 +33,32 @@ pub struct Held {
     pub id: u32,
     /// Its netfilter mark when queued (kept when a refusal adds its own bit).
     pub mark: u32,
+}
+
+/// A SYN-ACK or RST queued for one of a NAT-mode connection's uplink-side 4-tuples.
+#[derive(Debug)]
+pub struct NatEvent {
+    /// The uplink it arrived on (the one whose address it is sent to).
+    pub uplink: UplinkId,
+    /// True for a SYN-ACK, false for a RST.
+    pub syn_ack: bool,
+    /// The queued packet (its id for the verdict, its bytes to readdress).
+    pub packet: Packet,
+}
+
+/// NAT mode's state: raw senders, and which queued answers belong to which connection.
+#[derive(Default)]
+pub struct NatState {
+    /// One raw sender per uplink (`None`: the uplink has no IPv4 address).
+    pub raw: Vec<Option<RawSender>>,
+    /// (uplink address and client port, destination) → the connection and uplink.
+    pub attempts: RefCell<HashMap<(SocketAddrV4, SocketAddrV4), (Flow, UplinkId)>>,
+    /// Racing connections' tasks, fed the answers to their copies.
+    pub tasks: RefCell<HashMap<Flow, mpsc::UnboundedSender<NatEvent>>>,
+    /// Won connections (until the kernel's conntrack has them): their uplink.
+    pub won: RefCell<HashMap<Flow, UplinkId>>,
+    /// Connections handed to the kernel's NAT.
+    pub handed: Cell<u64>,
 }
 
 /// State shared by the connection tasks.
@@ -54,6 +83,8 @@ pub struct Shared {
     pub waiting: RefCell<HashMap<Flow, oneshot::Sender<TcpStream>>>,
     /// Connections accepted without a held SYN (raced after the accept).
     pub unheld: Cell<u64>,
+    /// NAT mode's state (`None` in proxy mode).
+    pub nat: Option<NatState>,
     last_busy_log: Cell<Option<std::time::Instant>>,
 }
 
@@ -65,6 +96,7 @@ impl Shared {
         settings: RaceSettings,
         addrs: Vec<UplinkAddrs>,
         queue: Option<AsyncFd<NfQueue>>,
+        nat: Option<NatState>,
     ) -> Shared {
         let hold = SynHold::new(settings.gateway.max_connections);
         Shared {
@@ -78,6 +110,7 @@ impl Shared {
             hold: RefCell::new(hold),
             waiting: RefCell::new(HashMap::new()),
             unheld: Cell::new(0),
+            nat,
             last_busy_log: Cell::new(None),
         }
     }

@@ -62,9 +62,14 @@ pub fn document(sh: &Shared) -> Value {
         "relaying": sh.relaying.get(),
         "relayed_up_bytes": up,
         "relayed_down_bytes": down,
+        "nat_handed": sh.nat.as_ref().map_or(0, |n| n.handed.get()),
     });
     json!({
         "role": "race",
+        "mode": match sh.settings.mode {
+            super::config::Mode::Proxy => "proxy",
+            super::config::Mode::Nat => "nat",
+        },
         "predictor": st.predictor,
         "best": sh.settings.uplinks[st.best.index()].name,
         "max_connections": st.max_connections,
