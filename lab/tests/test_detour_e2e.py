@@ -181,6 +181,11 @@ def test_single_homed_client_gains_a_detour(lab: Lab, multihome_bin: Path) -> No
     assert share >= 0.1, moved
     assert res.mbps > DIRECT_MBIT, (res.mbps, moved)
     assert topo.detour_link()["state"] == "up"
+    # A clean shutdown releases the detour at the relay.
+    assert topo.daemons["client"].stop() == 0
+    relay = topo.status("relay", sock=topo.dir / "relay.sock")
+    assert relay["detours"] == 0, relay
+    assert relay["counters"]["released"] == 1, relay
 
 
 def test_relay_killed_mid_transfer(lab: Lab, multihome_bin: Path) -> None:
