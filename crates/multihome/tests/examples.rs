@@ -14,6 +14,11 @@ fn example_configs_are_valid() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
+        // relay.toml (its `[[client]]` contains "[client]") is the relay crate's: its own
+        // unit test parses it (crates/relay/src/config.rs).
+        if text.lines().any(|l| l.trim() == "[relay]") {
+            continue;
+        }
         let src = Source {
             path: &path,
             text: &text,

@@ -60,6 +60,10 @@ pub struct ClientSettings {
     pub links: Vec<LinkSettings>,
     /// Flow classifier.
     pub classifier: Classifier,
+    /// Relays offering detours (`[[relay]]`).
+    pub relays: Vec<super::detours::RelaySettings>,
+    /// Detour paths in use at most (`detours`; 0 without relays).
+    pub detours: usize,
 }
 
 /// Default control socket of the client.
@@ -360,6 +364,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
             ))
         }
     };
+    let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
     Ok(ClientSettings {
         private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
         private_key_at: c.private_key_file.span().start,
@@ -388,5 +393,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         ciphers: parse_cipher(src, c.cipher.as_ref())?,
         links,
         classifier: parse_classifier(src, &f.policy)?,
+        relays,
+        detours,
     })
 }

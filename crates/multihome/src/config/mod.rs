@@ -7,6 +7,7 @@
 //! Reference: docs/CONFIG.md.
 
 pub mod client;
+pub mod detours;
 mod raw;
 pub mod server;
 

@@ -13,6 +13,17 @@ pub struct ClientFile {
     pub link: Vec<Spanned<LinkSection>>,
     #[serde(default)]
     pub policy: PolicySection,
+    #[serde(default)]
+    pub relay: Vec<Spanned<RelaySection>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    pub name: Option<String>,
+    pub address: Spanned<String>,
+    pub public_key: Spanned<String>,
+    pub mode: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -33,6 +44,7 @@ pub struct ClientSection {
     pub mtu: Option<Spanned<u32>>,
     pub aggregate_scheduler: Option<Spanned<String>>,
     pub cipher: Option<Spanned<String>>,
+    pub detours: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

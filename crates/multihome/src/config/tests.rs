@@ -166,3 +166,31 @@ fn realtime_rules_and_link_costs() {
     let e = client(&client_src("server = \"10.0.1.1:7000\"\n", &links)).unwrap_err();
     assert!(e.message.contains("cost = 0"), "{e}");
 }
+
+#[test]
+fn relays_and_detours() {
+    let relays = format!(
+        "[[relay]]\nname = \"fra\"\naddress = \"192.0.2.1:51900\"\npublic_key = \"{KEY}\"\n\n\
+         [[relay]]\naddress = \"192.0.2.2:51900\"\npublic_key = \"{KEY}\"\nmode = \"tunnel\"\n"
+    );
+    let c = client(&(client_src("server = \"10.0.1.1:7000\"\n", LINKS) + &relays)).unwrap();
+    assert_eq!(c.relays.len(), 2);
+    assert_eq!(c.detours, 2, "default");
+    assert_eq!(c.relays[1].name, "192.0.2.2:51900");
+    assert_eq!(c.relays[1].mode, multihome_proto::detour::Mode::Tunnel);
+    let none = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert_eq!(none.detours, 0, "no relays, no detours");
+    let three = client_src("server = \"10.0.1.1:7000\"\ndetours = 3\n", LINKS) + &relays;
+    assert_eq!(client(&three).unwrap().detours, 3);
+    let too_many = client_src("server = \"10.0.1.1:7000\"\ndetours = 15\n", LINKS) + &relays;
+    let e = client(&too_many).unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.fix.contains("0 to 14"), "{e}");
+    let bad_mode = relays.replace("\"tunnel\"", "\"vpn\"");
+    let e = client(&(client_src("server = \"10.0.1.1:7000\"\n", LINKS) + &bad_mode)).unwrap_err();
+    assert!(e.message.contains("relay mode"), "{e}");
+    assert_eq!(e.line, 24, "{e}");
+    let twice = relays.replace("192.0.2.2", "192.0.2.1");
+    let e = client(&(client_src("server = \"10.0.1.1:7000\"\n", LINKS) + &twice)).unwrap_err();
+    assert!(e.message.contains("listed twice"), "{e}");
+}

@@ -49,6 +49,7 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
     let clock = Clock::new();
     let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
     add_routes(&s)?;
+    let detours = super::detours::Detours::new(&s, key.clone(), clock.epoch_us, super::os_seed()?);
     let mut client = Client::with_rng_seed(client_config(&s, key, &clock), super::os_seed()?);
     let links = s.links.iter();
     let mut bind = LinkBind::new(links.map(|l| (l.name.clone(), l.interface.clone(), l.server)));
@@ -71,7 +72,8 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
         metrics: super::bind_metrics(s.metrics_listen).await?,
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
-    let mut driver = Driver::new(ClientCore::new(client, names), tun, bind, clock);
+    let core = ClientCore::new(client, names).with_detours(detours);
+    let mut driver = Driver::new(core, tun, bind, clock);
     driver.run(&services, &mut watch, shutdown_signal()).await?;
     tracing::info!("shutting down");
     driver.close();
@@ -138,13 +140,13 @@ impl Watch<ClientCore, LinkBind> for LinkWatch {
     }
 
     fn handle(&mut self, clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind) {
-        on_link_events(clock, &mut core.client, bind, &self.events);
+        on_link_events(clock, core, bind, &self.events);
     }
 }
 
 /// Marks links whose interface went down unavailable at once, and (re)binds and uses
 /// those whose interface came up.
-fn on_link_events(clock: &Clock, core: &mut Client, bind: &mut LinkBind, events: &[LinkEvent]) {
+fn on_link_events(clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind, events: &[LinkEvent]) {
     for e in events {
         let (name, up) = match e {
             LinkEvent::Up { name, .. } => (name, true),
@@ -161,7 +163,7 @@ fn on_link_events(clock: &Clock, core: &mut Client, bind: &mut LinkBind, events:
             let usable = up && bind.is_bound(i);
             let link = &bind.links()[i].name;
             tracing::info!(link = %link, interface = %name, up = usable, "link changed");
-            core.set_link_available(clock.now(), PathId(i as u8), usable);
+            core.set_link_up(clock.now(), PathId(i as u8), usable);
         }
     }
 }

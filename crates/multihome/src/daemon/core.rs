@@ -9,9 +9,15 @@
 //! path's socket, the server from its only socket (number 0); only the client has links to
 //! lose and a session to close.
 //!
+//! The client's detour paths (`super::detours`) live here too: a detour path is sent from
+//! its link's socket (`Outgoing::socket` is then the link's, not the path's id), relay
+//! answers are taken off the link sockets, and relay requests go out with the tunnel's
+//! datagrams.
+//!
 //! `poll_deliver` writes into the caller's buffer (the driver keeps one of `BUF_BYTES`,
 //! reused for every packet), as the endpoints' own does.
 
+use super::detours::Detours;
 use multihome_proto::endpoint::{Client, Server};
 use multihome_proto::path::PathId;
 use multihome_proto::Instant;
@@ -20,7 +26,8 @@ use std::net::SocketAddr;
 /// A datagram the core built: which socket sends it, to where, how long it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing {
-    /// The socket's number in the bind (client: the link's `PathId`; server: 0).
+    /// The socket's number in the bind (client: the link's `PathId`, also for a detour path
+    /// over that link; server: 0).
     pub socket: usize,
     /// Destination.
     pub dst: SocketAddr,
@@ -61,6 +68,7 @@ pub struct ClientCore {
     pub client: Client,
     link_names: Vec<String>,
     was_established: bool,
+    detours: Option<Detours>,
 }
 
 impl ClientCore {
@@ -70,13 +78,38 @@ impl ClientCore {
             client,
             link_names,
             was_established: false,
+            detours: None,
+        }
+    }
+
+    /// Uses detour paths through relays, as `detours` decides.
+    pub fn with_detours(mut self, detours: Option<Detours>) -> Self {
+        self.detours = detours;
+        self
+    }
+
+    /// Link `link`'s interface is usable or not (netlink); its detours follow.
+    pub fn set_link_up(&mut self, now: Instant, link: PathId, up: bool) {
+        self.client.set_link_available(now, link, up);
+        if let Some(d) = &mut self.detours {
+            d.set_link_up(now, link, up);
+            d.apply(now, &mut self.client, &mut self.link_names);
         }
     }
 }
 
 impl Core for ClientCore {
     fn handle_datagram(&mut self, now: Instant, link: PathId, from: SocketAddr, buf: &mut [u8]) {
-        self.client.handle_datagram(now, link, from, buf);
+        let Some(d) = &mut self.detours else {
+            return self.client.handle_datagram(now, link, from, buf);
+        };
+        let sock = link.0 as usize;
+        if d.handle_datagram(now, sock, from, buf) {
+            d.apply(now, &mut self.client, &mut self.link_names);
+            return;
+        }
+        let path = d.path_for(sock, from);
+        self.client.handle_datagram(now, path, from, buf);
     }
 
     fn handle_tun_packet(&mut self, now: Instant, packet: &[u8]) {
@@ -84,8 +117,16 @@ impl Core for ClientCore {
     }
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Outgoing> {
-        self.client.poll_transmit(now, buf).map(|t| Outgoing {
-            socket: t.path.0 as usize,
+        if let Some(o) = self.detours.as_mut().and_then(|d| d.poll_transmit(buf)) {
+            return Some(o);
+        }
+        let t = self.client.poll_transmit(now, buf)?;
+        let socket = self
+            .detours
+            .as_ref()
+            .map_or(t.path.0 as usize, |d| d.socket(t.path));
+        Some(Outgoing {
+            socket,
             dst: t.dst,
             len: t.len,
         })
@@ -96,15 +137,19 @@ impl Core for ClientCore {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.client.poll_timeout()
+        let d = self.detours.as_ref().and_then(|d| d.poll_timeout());
+        [self.client.poll_timeout(), d].into_iter().flatten().min()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
         self.client.handle_timeout(now);
+        if let Some(d) = &mut self.detours {
+            d.handle_timeout(now, &mut self.client, &mut self.link_names);
+        }
     }
 
     fn link_gone(&mut self, now: Instant, link: PathId) {
-        self.client.set_link_available(now, link, false);
+        self.set_link_up(now, link, false);
     }
 
     fn log_events(&mut self) {
@@ -118,10 +163,18 @@ impl Core for ClientCore {
     }
 
     fn status(&self) -> serde_json::Value {
-        crate::status::client_status(&self.client, &self.link_names)
+        let mut v = crate::status::client_status(&self.client, &self.link_names);
+        if let Some(d) = &self.detours {
+            v["detours"] = d.status();
+        }
+        v
     }
 
+    /// Releases the detours (requests sent with the CLOSE datagrams), then closes.
     fn close(&mut self) {
+        if let Some(d) = &mut self.detours {
+            d.release_all();
+        }
         self.client.close();
     }
 }

@@ -5,6 +5,8 @@
 //! - [`io`]: the packet-device and datagram-bind traits and their real implementations
 //!   (TUN device; client link sockets, server listening socket), and
 //! - [`core`]: the trait over the client and server endpoints;
+//! - [`detours`]: the client's detour paths through relays (carrying out the sans-IO
+//!   path manager's decisions);
 //! - [`mem`]: in-memory devices and binds (tests, load generation);
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
@@ -16,6 +18,7 @@
 
 pub mod client;
 pub mod core;
+pub mod detours;
 pub mod driver;
 pub mod io;
 pub mod mem;

@@ -107,7 +107,7 @@ pub struct DetourClient {
     next_id: u64,
     last_ts: u64,
     pending: Vec<Pending>,
-    out: VecDeque<Vec<u8>>,
+    out: VecDeque<(RequestId, Vec<u8>)>,
     events: VecDeque<ClientEvent>,
     counters: ClientCounters,
 }
@@ -135,7 +135,7 @@ impl DetourClient {
         }
         let id = RequestId(self.next_id);
         self.next_id += 1;
-        let attempt = self.attempt(now, request)?;
+        let attempt = self.attempt(now, id, request)?;
         self.pending.push(Pending {
             id,
             request,
@@ -151,6 +151,7 @@ impl DetourClient {
     fn attempt(
         &mut self,
         now: Instant,
+        id: RequestId,
         request: Request,
     ) -> Result<(u32, HandshakeState), DetourError> {
         let mut seed = [0u8; 32];
@@ -170,13 +171,19 @@ impl DetourClient {
             .write_message(&payload, &mut msg[HEADER_LEN..])
             .map_err(|_| DetourError::Handshake)?;
         debug_assert_eq!(HEADER_LEN + n, REQUEST_LEN);
-        self.out.push_back(msg);
+        self.out.push_back((id, msg));
         self.counters.tx_requests += 1;
         Ok((wire_id, hs))
     }
 
     /// The next request datagram to send to the relay.
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front().map(|(_, m)| m)
+    }
+
+    /// The next request datagram with the request it belongs to (a caller that sends
+    /// different requests from different sockets needs to know which).
+    pub fn poll_transmit_for(&mut self) -> Option<(RequestId, Vec<u8>)> {
         self.out.pop_front()
     }
 
@@ -239,8 +246,8 @@ impl DetourClient {
                 });
                 continue;
             }
-            let request = self.pending[i].request;
-            match self.attempt(now, request) {
+            let (id, request) = (self.pending[i].id, self.pending[i].request);
+            match self.attempt(now, id, request) {
                 Ok((wire_id, hs)) => {
                     let p = &mut self.pending[i];
                     p.wire_id = wire_id;

@@ -8,13 +8,20 @@
 //! the answer, so both are authenticated by the static keys the project already uses
 //! (Brennan's "custom protocol for arranging NAT detours", made authenticated). Wire
 //! format in `wire.rs` and docs/PROTOCOL.md §15; the client's state machine in `client.rs`;
-//! the relay's admission, bounded table and expiry in `relay.rs`.
+//! the relay's admission, bounded table and expiry in `relay.rs`; the client's path manager
+//! (which detours the tunnel uses) in `manager.rs`.
 
 mod client;
+mod manager;
+mod manager_types;
 mod relay;
 mod wire;
 
 pub use client::{ClientConfig, ClientCounters, ClientEvent, DetourClient, RequestId, MAX_PENDING};
+pub use manager::{
+    Action as ManagerAction, CandidateStatus, DetourManager, ManagerConfig, ManagerCounters,
+    PathObs, RelaySpec, Transmit as ManagerTransmit, TICK,
+};
 pub use relay::{
     is_request, Action, Admitted, DetourRelay, Entry, ModeSet, RelayConfig, RelayCounters,
 };
@@ -25,5 +32,7 @@ pub use wire::{
     TYPE_REQUEST,
 };
 
+#[cfg(test)]
+mod manager_tests;
 #[cfg(test)]
 mod tests;

@@ -109,7 +109,8 @@ impl Client {
                 available: true,
             }),
         }
-        self.session.ensure_path(now, id, remote);
+        // An existing path is re-pointed (a detour path id used again for another relay).
+        self.session.ensure_path(now, id, remote).set_remote(remote);
         self.session.set_path_available(now, id, true);
     }
 

@@ -1,0 +1,325 @@
+//! The path manager against real `DetourRelay`s in virtual time: choice by RTT, renewal,
+//! replacement of dead paths and dead relays, the useless-detour rule, release, determinism.
+
+use super::*;
+use crate::crypto::StaticSecret;
+use crate::path::{PathId, PathState};
+use crate::Instant;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const STEP: Duration = Duration::from_millis(10);
+
+fn relay_key(i: usize) -> StaticSecret {
+    StaticSecret::from_bytes([50 + i as u8; 32])
+}
+
+fn client_key() -> StaticSecret {
+    StaticSecret::from_bytes([1; 32])
+}
+
+fn link_addr(l: u8) -> SocketAddr {
+    format!("198.51.100.{}:40001", 10 + l).parse().unwrap()
+}
+
+fn relay_addr(r: usize) -> SocketAddr {
+    format!("192.0.2.{}:51900", 1 + r).parse().unwrap()
+}
+
+struct Sim {
+    m: DetourManager,
+    relays: Vec<DetourRelay>,
+    alive: Vec<bool>,
+    /// One-way delay link → relay (answers come back after twice that).
+    delay: BTreeMap<(u8, usize), Duration>,
+    now: Instant,
+    /// Answers on their way: (arrival, link, relay).
+    wire: Vec<(Instant, PathId, usize, Vec<u8>)>,
+    /// Paths the daemon would have: id → (link, remote, name).
+    paths: BTreeMap<PathId, (PathId, SocketAddr, String)>,
+    log: Vec<ManagerAction>,
+    /// Path observations beyond the default (Up, idle).
+    obs: BTreeMap<PathId, PathObs>,
+}
+
+impl Sim {
+    /// `links` links × `delays.len()` relays; `delays[r][l]` is the one-way delay in ms.
+    fn new(links: u8, delays: &[&[u64]], n: usize, lifetime: Duration) -> Sim {
+        let specs = (0..delays.len())
+            .map(|r| RelaySpec {
+                name: format!("r{r}"),
+                address: relay_addr(r),
+                key: relay_key(r).public_key(),
+                mode: Mode::Nat,
+            })
+            .collect();
+        let cfg = ManagerConfig::new(client_key(), 1_700_000_000_000_000, n, links);
+        let mut m = DetourManager::new(cfg, specs, [3; 32]);
+        for l in 0..links {
+            m.add_link(
+                PathId(l),
+                &format!("l{l}"),
+                "203.0.113.2:7000".parse().unwrap(),
+            );
+        }
+        let relays = (0..delays.len())
+            .map(|r| {
+                let mut rc = RelayConfig::new(relay_key(r), vec![client_key().public_key()]);
+                rc.lifetime = lifetime;
+                DetourRelay::new(rc, [r as u8; 32])
+            })
+            .collect();
+        let mut delay = BTreeMap::new();
+        for (r, ds) in delays.iter().enumerate() {
+            for (l, d) in ds.iter().enumerate() {
+                delay.insert((l as u8, r), Duration::from_millis(*d));
+            }
+        }
+        Sim {
+            m,
+            alive: vec![true; delays.len()],
+            relays,
+            delay,
+            now: Instant::from_micros(1_000),
+            wire: Vec::new(),
+            paths: BTreeMap::new(),
+            log: Vec::new(),
+            obs: BTreeMap::new(),
+        }
+    }
+
+    fn run(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now = self.now + STEP;
+            self.tick();
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = self.now;
+        let due: Vec<_> = self.wire.iter().filter(|w| w.0 <= now).cloned().collect();
+        self.wire.retain(|w| w.0 > now);
+        for (_, link, r, data) in due {
+            assert!(self.m.handle_datagram(now, link, relay_addr(r), &data));
+        }
+        let obs: Vec<PathObs> = (0..16)
+            .map(PathId)
+            .map(|id| {
+                self.obs.get(&id).copied().unwrap_or(PathObs {
+                    id,
+                    state: PathState::Up,
+                    min_rtt: None,
+                    rate_bps: 0.0,
+                    busy: false,
+                })
+            })
+            .collect();
+        self.m.observe(now, &obs);
+        if self.m.poll_timeout().is_some_and(|t| t <= now) {
+            self.m.handle_timeout(now);
+        }
+        for r in &mut self.relays {
+            while r.poll_expired(now).is_some() {}
+        }
+        self.carry();
+    }
+
+    fn carry(&mut self) {
+        let now = self.now;
+        while let Some(t) = self.m.poll_transmit() {
+            let r = (0..self.relays.len())
+                .find(|&r| relay_addr(r) == t.dst)
+                .unwrap();
+            if !self.alive[r] {
+                continue;
+            }
+            let Some(adm) = self.relays[r].handle_datagram(now, link_addr(t.link.0), &t.data)
+            else {
+                continue;
+            };
+            let mut out = [0u8; 128];
+            let n = self.relays[r].answer(adm, true, &mut out).unwrap();
+            let back = now + self.delay[&(t.link.0, r)] * 2;
+            self.wire.push((back, t.link, r, out[..n].to_vec()));
+        }
+        while let Some(a) = self.m.poll_action() {
+            match &a {
+                ManagerAction::AddPath {
+                    path,
+                    link,
+                    remote,
+                    name,
+                } => {
+                    self.paths.insert(*path, (*link, *remote, name.clone()));
+                }
+                ManagerAction::RemovePath { path } => {
+                    assert!(self.paths.remove(path).is_some(), "removed an unknown path");
+                }
+            }
+            self.log.push(a);
+        }
+    }
+
+    /// The paths' names, sorted.
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.paths.values().map(|p| p.2.clone()).collect();
+        v.sort();
+        v
+    }
+
+    fn path_named(&self, name: &str) -> PathId {
+        *self.paths.iter().find(|p| p.1 .2 == name).unwrap().0
+    }
+}
+
+/// Two links × three relays, N = 2: the two lowest request RTTs become paths 2 and 3, sent
+/// from their links' sockets to the relay ports; every other probe is released.
+#[test]
+fn chooses_the_n_lowest_rtt_and_releases_the_rest() {
+    let mut s = Sim::new(
+        2,
+        &[&[30, 5], &[10, 40], &[20, 25]],
+        2,
+        Duration::from_secs(300),
+    );
+    s.run(Duration::from_secs(3));
+    assert_eq!(s.names(), vec!["l0 via r1", "l1 via r0"]);
+    let (link, remote, _) = &s.paths[&PathId(2)];
+    assert_eq!(*link, PathId(1));
+    assert_eq!(remote.ip(), relay_addr(0).ip());
+    assert_eq!(s.relays.iter().map(|r| r.len()).sum::<usize>(), 2);
+    assert_eq!(s.m.counters().added, 2);
+    let st = s.m.status();
+    assert_eq!(st.iter().filter(|c| c.state == "active").count(), 2);
+}
+
+/// Detours are renewed before their lifetime runs out: after ten lifetimes the same paths
+/// exist and the relays still hold them.
+#[test]
+fn renews_before_the_lifetime_runs_out() {
+    let mut s = Sim::new(1, &[&[5]], 2, Duration::from_secs(20));
+    s.run(Duration::from_secs(200));
+    assert_eq!(s.names(), vec!["l0 via r0"]);
+    assert_eq!(s.relays[0].len(), 1);
+    assert_eq!(s.m.counters().added, 1);
+    assert_eq!(s.log.len(), 1, "{:?}", s.log);
+}
+
+/// A relay that stops answering loses its path at the next renewal, and the next best
+/// candidate takes its place.
+#[test]
+fn dead_relay_is_replaced() {
+    let mut s = Sim::new(1, &[&[5], &[10], &[20]], 2, Duration::from_secs(20));
+    s.run(Duration::from_secs(3));
+    assert_eq!(s.names(), vec!["l0 via r0", "l0 via r1"]);
+    s.alive[0] = false;
+    // Renewal at 10 s, four attempts 1 s apart, then retirement and a new request.
+    s.run(Duration::from_secs(15));
+    assert_eq!(s.names(), vec!["l0 via r1", "l0 via r2"]);
+    assert_eq!(s.m.counters().retired_relay, 1);
+}
+
+/// A path Down for `dead_after` is retired and replaced; its candidate waits `backoff`.
+#[test]
+fn dead_path_is_replaced() {
+    let mut s = Sim::new(1, &[&[5], &[10], &[20]], 2, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    s.obs.insert(
+        p,
+        PathObs {
+            id: p,
+            state: PathState::Down,
+            min_rtt: None,
+            rate_bps: 0.0,
+            busy: false,
+        },
+    );
+    s.run(Duration::from_secs(9));
+    assert_eq!(s.names(), vec!["l0 via r0", "l0 via r1"]);
+    s.run(Duration::from_secs(2));
+    s.obs.clear();
+    assert_eq!(s.names(), vec!["l0 via r1", "l0 via r2"]);
+    assert_eq!(s.m.counters().retired_dead, 1);
+    // Only the retired path's own detour was released.
+    assert_eq!(s.relays[0].len(), 0);
+}
+
+fn busy(id: PathId, rate: f64) -> PathObs {
+    PathObs {
+        id,
+        state: PathState::Up,
+        min_rtt: Some(Duration::from_millis(20)),
+        rate_bps: rate,
+        busy: true,
+    }
+}
+
+/// A detour that only splits the direct path's capacity (direct + detour < 1.1 × direct
+/// alone while both are busy) is dropped after `useless_after`; one that adds is kept.
+#[test]
+fn useless_detour_is_dropped_useful_one_kept() {
+    for (detour_rate, kept) in [(500.0, false), (800.0, true)] {
+        let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+        s.obs.insert(PathId(0), busy(PathId(0), 1000.0));
+        s.run(Duration::from_secs(3));
+        let p = s.path_named("l0 via r0");
+        s.obs.insert(PathId(0), busy(PathId(0), 520.0));
+        s.obs.insert(p, busy(p, detour_rate));
+        s.run(Duration::from_secs(9));
+        assert_eq!(s.paths.len(), 1, "judged before useless_after");
+        s.run(Duration::from_secs(2));
+        assert_eq!(s.paths.len() == 1, kept, "rate {detour_rate}");
+        assert_eq!(s.m.counters().retired_useless, u64::from(!kept));
+    }
+}
+
+/// A clearly better waiting candidate replaces the worst path once that path was held for
+/// `min_hold`; the path's own RTT replaces the optimistic request RTT.
+#[test]
+fn path_rtt_refines_the_choice() {
+    let mut s = Sim::new(1, &[&[5], &[10]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    // The detour through r0 turns out slow end to end (its relay–server leg is long).
+    let mut o = busy(p, 0.0);
+    o.busy = false;
+    o.min_rtt = Some(Duration::from_millis(80));
+    s.obs.insert(p, o);
+    s.run(Duration::from_secs(35));
+    assert_eq!(s.names(), vec!["l0 via r1"]);
+    assert_eq!(s.m.counters().swapped, 1);
+}
+
+/// Shutdown releases every detour; a link going down retires its detours at once.
+#[test]
+fn release_all_and_link_down() {
+    let mut s = Sim::new(2, &[&[5, 6], &[10, 11]], 2, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    assert_eq!(s.paths.len(), 2);
+    s.m.set_link_up(s.now, PathId(0), false);
+    s.carry();
+    s.run(Duration::from_secs(2));
+    assert!(
+        s.names().iter().all(|n| n.starts_with("l1 ")),
+        "{:?}",
+        s.names()
+    );
+    s.m.release_all(s.now);
+    s.carry();
+    assert!(s.paths.is_empty());
+    assert_eq!(s.relays.iter().map(|r| r.len()).sum::<usize>(), 0);
+}
+
+/// Same inputs and seed, same actions and datagrams.
+#[test]
+fn deterministic() {
+    let run = || {
+        let mut s = Sim::new(2, &[&[30, 5], &[10, 40]], 2, Duration::from_secs(20));
+        s.run(Duration::from_secs(60));
+        s.log
+    };
+    assert_eq!(run(), run());
+}
