@@ -28,6 +28,13 @@ pub fn render(status: &Value) -> String {
     let counters = ["tx_bytes", "rx_bytes", "tx_packets", "rx_packets"];
     for s in status["sessions"].as_array().into_iter().flatten() {
         let peer = s["peer"].as_str().unwrap_or("");
+        for g in ["packets", "bytes"] {
+            let _ = writeln!(
+                out,
+                "multihome_held_{g}{{role=\"{role}\",peer=\"{peer}\"}} {}",
+                s["hold"][g].as_u64().unwrap_or(0)
+            );
+        }
         for l in s["links"].as_array().into_iter().flatten() {
             let labels = format!(
                 "role=\"{role}\",peer=\"{peer}\",link=\"{}\"",

@@ -43,6 +43,9 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "reinjected": sc.reinjected,
         "repaired": sc.repaired,
         "tx_riders": sc.tx_riders,
+        "hold_dropped_bytes": sc.hold_dropped_bytes,
+        "hold_dropped_age": sc.hold_dropped_age,
+        "hold_released": sc.hold_released,
     })
 }
 
@@ -98,6 +101,13 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                     "max_held": r.max_held, "inserts": r.inserts,
                     "occupancy_sum": r.occupancy_sum, "lost_skips": r.lost_skips,
                     "displaced": r.displaced, "density": r.density.to_vec()},
+        // Store-and-forward (PROTOCOL.md §16): what is held now; `since_us` is the core's
+        // clock when the oldest was held (0: nothing held), so its age is the clock now
+        // minus it.
+        "hold": {"packets": sc.held_packets, "bytes": sc.held_bytes,
+                 "since_us": sc.held_since.map_or(0, |t| t.as_micros()),
+                 "dropped_bytes": sc.hold_dropped_bytes, "dropped_age": sc.hold_dropped_age,
+                 "released": sc.hold_released},
         "links": links,
     })
 }

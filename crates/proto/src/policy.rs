@@ -87,6 +87,15 @@ impl Policy {
         }
     }
 
+    /// The DATA flags (unordered) and the policy argument that follows them on the wire
+    /// (`deadline_ms` for realtime, 0 and absent otherwise).
+    pub fn data_flags(self) -> (crate::wire::DataFlags, u16) {
+        (
+            crate::wire::DataFlags::new(self.code(), false),
+            self.deadline_ms(),
+        )
+    }
+
     /// Name as used in config and status.
     pub fn name(self) -> &'static str {
         match self {

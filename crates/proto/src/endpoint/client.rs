@@ -214,7 +214,12 @@ impl Client {
 
     fn reset_session(&mut self, now: Instant) {
         let id = self.cfg.local_key.public_key().session_id();
-        self.session = Session::new(id, self.cfg.session, Side::Client);
+        // What the old session held goes out over the new one (renumbered).
+        let mut old = std::mem::replace(
+            &mut self.session,
+            Session::new(id, self.cfg.session, Side::Client),
+        );
+        self.session.adopt_held(&mut old);
         for l in &self.links {
             self.session.ensure_path(now, l.id, l.remote);
             self.session.set_path_available(now, l.id, l.available);

@@ -252,6 +252,10 @@ impl Server {
         }
         let s = peer.session.as_mut().expect("installed above");
         s.ensure_path(now, path, from);
+        // A handshake proves the client's address too (it may have moved while away).
+        if s.follow_path(path, from) {
+            self.events.push_back((pi, Event::PathRoamed(path, from)));
+        }
         s.confirm_path(now, path);
         self.by_index.retain(|_, v| *v != pi);
         for idx in s.keys.indices() {

@@ -25,10 +25,12 @@ mod realtime_rx;
 mod recv;
 mod reinject;
 mod schedule;
+mod store;
 mod transmit;
 
 pub use keyring::{Keypair, Keyring, Slot};
 pub use recv::SealedData;
+pub use store::HoldStats;
 pub use transmit::Transmit;
 
 use crate::codel::{CodelQueue, QueueDrops};
@@ -78,6 +80,10 @@ pub struct SessionConfig {
     /// own order (`reorder`); `false` orders every striped packet after all earlier ones,
     /// the baseline this is compared with. Both ends decode either way.
     pub flow_order: bool,
+    /// Store-and-forward (`store.rs`): most bytes held while no path is live.
+    pub hold_max_bytes: usize,
+    /// Store-and-forward: longest a packet is held.
+    pub hold_max_age: Duration,
 }
 
 impl Default for SessionConfig {
@@ -92,6 +98,8 @@ impl Default for SessionConfig {
             max_datagram: 1452,
             header_compression: true,
             flow_order: true,
+            hold_max_bytes: 16 << 20,
+            hold_max_age: Duration::from_secs(60),
         }
     }
 }
@@ -160,6 +168,18 @@ pub struct SessionCounters {
     pub fec_recovered: u64,
     /// Realtime packets rebuilt after their deadline (not delivered).
     pub fec_late: u64,
+    /// IP packets held now while no path is live (`store.rs`).
+    pub held_packets: u64,
+    /// Bytes held now.
+    pub held_bytes: u64,
+    /// When the oldest packet held now was held (its age is `now` minus this).
+    pub held_since: Option<Instant>,
+    /// Held packets dropped because the byte bound was reached (oldest first).
+    pub hold_dropped_bytes: u64,
+    /// Held packets dropped because they were held longer than the age bound.
+    pub hold_dropped_age: u64,
+    /// Held packets sent when a path came back.
+    pub hold_released: u64,
 }
 
 /// One session.
@@ -203,6 +223,8 @@ pub struct Session {
     fec_tx: crate::fec::Encoder,
     /// Realtime packets and parity received, for rebuilding.
     fec_rx: crate::fec::Decoder,
+    /// Packets held while no path is live (`store.rs`).
+    store: store::Store,
 }
 
 struct PathSlot {
@@ -257,6 +279,7 @@ impl Session {
             rt_rx: realtime_rx::Lateness::default(),
             fec_tx: crate::fec::Encoder::default(),
             fec_rx: crate::fec::Decoder::default(),
+            store: store::Store::default(),
         }
     }
 
@@ -265,9 +288,18 @@ impl Session {
         self.id
     }
 
-    /// Counters.
+    /// Counters (the hold's gauges as of now).
     pub fn counters(&self) -> SessionCounters {
-        self.counters
+        let h = self.hold_stats();
+        SessionCounters {
+            held_packets: h.packets,
+            held_bytes: h.bytes,
+            held_since: h.oldest_since,
+            hold_dropped_bytes: h.dropped_bytes,
+            hold_dropped_age: h.dropped_age,
+            hold_released: h.released,
+            ..self.counters
+        }
     }
 
     /// Bytes waiting in the aggregate ingress queue.
@@ -324,7 +356,7 @@ impl Session {
             let after = s.path.state();
             if after != before {
                 self.events.push_back(Event::PathState(id, after));
-                self.on_path_failing(id, after);
+                self.on_path_state(now, id, after);
             }
         }
     }
@@ -341,6 +373,12 @@ impl Session {
     pub fn remove_path(&mut self, id: PathId) {
         self.paths.retain(|s| s.path.id() != id);
         self.jobs.retain(|j| j.path() != id);
+    }
+
+    /// Follows the peer to `remote` on path `id` (an authenticated handshake came from
+    /// there); returns whether the address changed.
+    pub fn follow_path(&mut self, id: PathId, remote: SocketAddr) -> bool {
+        find_slot(&mut self.paths, id).is_some_and(|s| s.path.set_remote(remote))
     }
 
     /// Proves a path (a handshake message arrived on it).
@@ -390,6 +428,7 @@ impl Session {
         }
         take(self.pacing_deadline());
         take(self.fec_tx.deadline());
+        take(self.store_deadline());
         t
     }
 
@@ -401,7 +440,7 @@ impl Session {
             if let Some(st) = s.path.update_state(now) {
                 let id = s.path.id();
                 self.events.push_back(Event::PathState(id, st));
-                self.on_path_failing(id, st);
+                self.on_path_state(now, id, st);
             }
             let s = &mut self.paths[i];
             if s.path.loss_deadline().is_some_and(|d| d <= now) {
@@ -424,6 +463,17 @@ impl Session {
         }
         self.keys.expire_previous(now, Duration::from_secs(30));
         self.release_idle_buffers(now);
+        self.expire_held(now);
+    }
+
+    /// After path `id` changed to `state`: a failing path's data is reinjected on the
+    /// others (`reinject.rs`); if no path is live any more, everything is held
+    /// (`store.rs`).
+    fn on_path_state(&mut self, now: Instant, id: PathId, state: PathState) {
+        self.on_path_failing(id, state);
+        if state == PathState::Down && !self.any_live(now) {
+            self.hold_everything(now);
+        }
     }
 
     /// Queues a CLOSE on every path (the driver then drains `poll_transmit`).

@@ -128,6 +128,8 @@ impl Session {
             self.counters.rx_malformed += 1;
             return;
         }
+        // The peer reaches us there again: held packets may leave on it (`store.rs`).
+        self.heard_on(now, path_id);
         self.delay.on_datagram(now, path_id, hdr.send_time_us);
         let raw_delay = self.rt_rx.on_datagram(now, hdr.send_time_us);
         self.holes.on_datagram(path_id, None);

@@ -123,6 +123,11 @@ impl InFlight {
         self.sent.len()
     }
 
+    /// Removes and returns every packet held, in send order.
+    pub fn drain(&mut self) -> impl Iterator<Item = Reinjection> + '_ {
+        self.sent.drain(..).map(|s| s.data)
+    }
+
     /// Removes and returns the packets of datagrams `first .. first + count`.
     fn take_range(&mut self, first: u32, count: u16) -> Vec<Reinjection> {
         let (taken, kept): (VecDeque<Sent>, _) = std::mem::take(&mut self.sent)

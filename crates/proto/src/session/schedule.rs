@@ -16,7 +16,7 @@
 
 use super::{Job, Session, MAX_JOBS};
 use crate::codel::CodelQueue;
-use crate::path::PathView;
+use crate::path::{PathId, PathView};
 use crate::policy::{parse_flow, FlowKey, Policy};
 use crate::sched::realtime::{self, RtChoice};
 use crate::sched::split::FlowMeter;
@@ -27,16 +27,34 @@ use core::time::Duration;
 use std::sync::Arc;
 
 impl Session {
-    /// Queues one IP packet for the peer under `policy`.
+    /// Queues one IP packet for the peer under `policy`; while no path may carry it, it
+    /// is held (`store.rs`).
     pub fn send_packet(&mut self, now: Instant, packet: &[u8], policy: Policy) {
         if self.keys.current.is_none() {
             self.counters.no_key_drops += 1;
             return;
         }
         let packet: Arc<[u8]> = Arc::from(packet);
+        if self.must_hold(now, policy) {
+            self.counters.tx_ip_packets += 1;
+            self.hold(now, policy, packet);
+            return;
+        }
+        self.send_now(now, packet, policy, None);
+    }
+
+    /// Schedules one IP packet under `policy`, on path `on` if given (held packets leave
+    /// on the path that came back).
+    pub(super) fn send_now(
+        &mut self,
+        now: Instant,
+        packet: Arc<[u8]>,
+        policy: Policy,
+        on: Option<PathId>,
+    ) {
         if policy == Policy::Aggregate {
             // Sequence numbers are taken when packets leave the queue (see codel.rs).
-            if self.agg_queue.push(now, packet) {
+            if self.agg_queue.push(now, packet) && on.is_none() {
                 self.counters.tx_ip_packets += 1;
             }
             return;
@@ -45,20 +63,32 @@ impl Session {
             self.send_realtime(now, packet, deadline);
             return;
         }
-        self.counters.tx_ip_packets += 1;
+        // A held packet was counted when it was accepted.
+        if on.is_none() {
+            self.counters.tx_ip_packets += 1;
+        }
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
+        let sel = match on {
+            Some(path) => crate::sched::one(path),
+            None => self.select(now, policy, packet.len()),
+        };
+        let (flags, arg) = policy.data_flags();
+        self.push_data_jobs(sel, seq, (flags, 0), arg, packet);
+    }
+
+    /// The paths a `best`, `redundant` or link-policy packet of `len` bytes goes on.
+    fn select(&mut self, now: Instant, policy: Policy, len: usize) -> Selection {
         let views = self.take_views(now);
         let sel = match policy {
             Policy::Redundant { copies } => {
                 self.redundant = crate::sched::Redundant::new(copies.map(usize::from));
-                self.redundant.select(now, &views, packet.len())
+                self.redundant.select(now, &views, len)
             }
-            _ => self.best.select(now, &views, packet.len()),
+            _ => self.best.select(now, &views, len),
         };
         self.put_views(views);
-        let flags = DataFlags::new(policy.code(), false);
-        self.push_data_jobs(sel, seq, (flags, 0), 0, packet);
+        sel
     }
 
     /// A realtime packet: on the path `sched::realtime` picks within its deadline, or

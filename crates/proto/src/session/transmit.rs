@@ -85,6 +85,10 @@ impl Session {
     /// Builds the next datagram into `buf`; `None` when there is nothing to send.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         loop {
+            if self.jobs.is_empty() && !self.store.is_empty() {
+                // Held packets first (`store.rs`): they are older than anything queued.
+                self.release_held(now);
+            }
             if self.jobs.is_empty() {
                 self.schedule_aggregate(now);
             }

@@ -13,6 +13,7 @@ mod dynamics;
 mod failover;
 mod hostile;
 mod lifecycle;
+mod mobility;
 mod realtime;
 mod reordering;
 mod throughput;
@@ -149,6 +150,23 @@ impl Pair {
         seed: u64,
         ciphers: (CipherSet, CipherSet),
     ) -> Pair {
+        Pair::build(links, policy, client_key, seed, ciphers, session_cfg())
+    }
+
+    /// Both sides use session parameters `session`.
+    fn with_session(links: Vec<Link>, policy: Policy, seed: u64, session: SessionConfig) -> Pair {
+        let all = (CipherSet::ALL, CipherSet::ALL);
+        Pair::build(links, policy, None, seed, all, session)
+    }
+
+    fn build(
+        links: Vec<Link>,
+        policy: Policy,
+        client_key: Option<StaticSecret>,
+        seed: u64,
+        ciphers: (CipherSet, CipherSet),
+        session: SessionConfig,
+    ) -> Pair {
         let (ck, sk) = keys();
         let server_cfg = ServerConfig {
             local_key: sk.clone(),
@@ -157,7 +175,7 @@ impl Pair {
                 public_key: ck.public_key(),
                 allowed_ips: vec!["10.200.0.2/32".parse().unwrap()],
             }],
-            session: session_cfg(),
+            session,
             default_policy: policy,
             ciphers: ciphers.1,
         };
@@ -166,7 +184,7 @@ impl Pair {
             ClientConfig {
                 local_key: client_key.unwrap_or(ck),
                 server_key: sk.public_key(),
-                session: session_cfg(),
+                session,
                 classifier: Classifier::uniform(policy),
                 epoch_us: 1_700_000_000_000_000,
                 ciphers: ciphers.0,
