@@ -43,6 +43,11 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "reinjected": sc.reinjected,
         "repaired": sc.repaired,
         "tx_riders": sc.tx_riders,
+        "rt_dropped_late": sc.rt_dropped_late,
+        "rt_rx_late": sc.rt_rx_late,
+        "fec_parity_sent": sc.fec_parity_sent,
+        "fec_recovered": sc.fec_recovered,
+        "fec_late": sc.fec_late,
     })
 }
 

@@ -56,10 +56,11 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
         bind.rebind(i);
         let l = &bind.links()[i];
         client.add_link(clock.now(), PathId(i as u8), l.server);
+        client.set_link_cost(PathId(i as u8), s.links[i].cost);
         let up =
             multihome_io::netlink::link_is_up(&l.interface).unwrap_or(false) && bind.is_bound(i);
         client.set_link_available(clock.now(), PathId(i as u8), up);
-        tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, "link configured");
+        tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, cost = s.links[i].cost, "link configured");
     }
     let names: Vec<String> = bind.links().iter().map(|l| l.name.clone()).collect();
     let mut watch = LinkWatch {
