@@ -14,6 +14,7 @@ mod failover;
 mod hostile;
 mod lifecycle;
 mod realtime;
+mod redundant;
 mod throughput;
 
 use super::*;
