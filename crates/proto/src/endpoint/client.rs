@@ -317,7 +317,12 @@ impl Client {
         if let Some((path, dst, m)) = self.handshake_out.pop_front() {
             let n = m.len().min(buf.len());
             buf[..n].copy_from_slice(&m[..n]);
-            return Some(Transmit { path, dst, len: n });
+            return Some(Transmit {
+                path,
+                dst,
+                len: n,
+                kernel_copies: false,
+            });
         }
         self.session.poll_transmit(now, buf)
     }

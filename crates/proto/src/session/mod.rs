@@ -78,6 +78,11 @@ pub struct SessionConfig {
     /// own order (`reorder`); `false` orders every striped packet after all earlier ones,
     /// the baseline this is compared with. Both ends decode either way.
     pub flow_order: bool,
+    /// Kernel fast path for copies (client; PROTOCOL.md §8.3): a `redundant` packet that
+    /// needs more than one copy is sealed once, on the first chosen path, and handed to
+    /// the driver marked `Transmit::kernel_copies`, which sends it where the kernel copies
+    /// it onto every other link (nftables `dup`). Off: one sealed datagram per copy.
+    pub kernel_copies: bool,
 }
 
 impl Default for SessionConfig {
@@ -92,6 +97,7 @@ impl Default for SessionConfig {
             max_datagram: 1452,
             header_compression: true,
             flow_order: true,
+            kernel_copies: false,
         }
     }
 }
@@ -154,6 +160,9 @@ pub struct SessionCounters {
     /// Realtime packets received after their deadline (judged by `realtime_rx.rs`; still
     /// delivered: the application's jitter buffer decides).
     pub rt_rx_late: u64,
+    /// Datagrams sealed once for the kernel to copy onto the other links
+    /// (`SessionConfig::kernel_copies`).
+    pub tx_kernel_copies: u64,
     /// FEC parity shards sent (`session/fec.rs`).
     pub fec_parity_sent: u64,
     /// Realtime packets rebuilt from parity and delivered in time.

@@ -122,3 +122,72 @@ fn suspect_path_adds_copies() {
     got.dedup();
     assert_eq!(got.len(), 400, "nothing lost in the failover");
 }
+
+/// The kernel fast path (`SessionConfig::kernel_copies`): a packet with two copies is
+/// sealed once (the harness copies the datagram onto the other link, as nftables `dup`
+/// does, from that link's address); everything arrives through link 0's 20 % loss, the
+/// server keeps each path's address (a copy from link 1's address is not a move of path 0)
+/// and refuses the second copy by its replay window.
+#[test]
+fn kernel_copies_seal_once() {
+    let mut a = Link::new(10, None);
+    a.loss = 0.2;
+    let links = vec![a, Link::new(30, None)];
+    let policy = Policy::Redundant { copies: Some(2) };
+    let mut p = Pair::new(links, policy, None, 64);
+    let (ck, sk) = keys();
+    p.client = Client::new(
+        ClientConfig {
+            local_key: ck,
+            server_key: sk.public_key(),
+            session: SessionConfig {
+                kernel_copies: true,
+                ..session_cfg()
+            },
+            classifier: Classifier::uniform(policy),
+            epoch_us: 1_700_000_000_000_000,
+            ciphers: CipherSet::ALL,
+        },
+        65,
+    );
+    for i in 0..2 {
+        p.client
+            .add_link(Instant::ZERO, PathId(i), SERVER.parse().unwrap());
+    }
+    p.establish();
+    p.run_until(p.now + Duration::from_secs(2));
+    let start = p.now;
+    p.traffic(
+        500,
+        Duration::from_millis(20),
+        300,
+        (true, false),
+        Duration::from_secs(1),
+        |_, _| {},
+    );
+    let sealed = p
+        .sent
+        .iter()
+        .filter(|s| s.to_server && s.at >= start && s.len >= DATA_MIN_LEN && s.path == 0)
+        .count();
+    assert_eq!(p.client.session().counters().tx_kernel_copies, 500);
+    assert_eq!(
+        sealed, 500,
+        "one sealed datagram per packet, on the first path"
+    );
+    let mut got = numbers(&p.delivered_up);
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(
+        got.len(),
+        500,
+        "link 0 lost 20 %, its copies on link 1 arrived"
+    );
+    assert!(p.server_session().counters().rx_replayed >= 350);
+    let roamed = p
+        .server_events
+        .iter()
+        .filter(|(at, e)| *at >= start && matches!(e, Event::PathRoamed(..)))
+        .count();
+    assert_eq!(roamed, 0, "paths keep their addresses");
+}
