@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -348,3 +349,51 @@ def test_realtime_voice_over_lossy_links(lab: Lab, multihome_bin: Path, linkem_b
     assert out["duplicates"] == 0, out
     assert out["lost"] <= ceiling, out
     assert late == 0, delays_ms[-10:]
+
+
+def dup_table(topo: Topology) -> str | None:
+    """The client's kernel fast-path table (``nft list table ip multihome_dup``), or None."""
+    res = topo.cli.run(["nft", "list", "table", "ip", "multihome_dup"], check=False)
+    return res.stdout if res.returncode == 0 else None
+
+
+def test_kernel_fast_path_copies_and_cleans_up(lab: Lab, multihome_bin: Path) -> None:
+    """`kernel_copies = true`: a `redundant` packet with copies is sealed once and the
+    kernel copies it onto the other link (nftables `dup`); the table is there while the
+    client runs, gone after a clean exit, left by a SIGKILL and replaced (one table, the new
+    sockets' ports) by the next start, gone after that one's exit.
+
+    Link 0 drops 30 % each way: 500 packets at 100/s forced to 2 copies (`copies = 2`) all
+    arrive, each sealed once (`tx_kernel_copies`), the copy the server got second refused by
+    its replay window (`rx_replayed`: the copies are the same datagram).
+    """
+    rule = {"name": "dup", "protocol": "udp", "ports": "5004", "policy": "redundant", "copies": 2}
+    topo = two_links(lab, multihome_bin, "best", rules=[rule], client_extra={"kernel_copies": True})
+    table = dup_table(topo)
+    assert table is not None and table.count(" dup to ") == 2, table
+    topo.veths[0].loss(30)
+    out = topo.udp_stream(count=500, pps=100).wait()
+    client, server = topo.counters("client"), topo.counters("server")
+    print(
+        out, {"tx_kernel_copies": client["tx_kernel_copies"], "rx_replayed": server["rx_replayed"]}
+    )
+    assert out["lost"] == 0 and out["duplicates"] == 0, out
+    assert client["tx_kernel_copies"] >= 500, client
+    # The server refuses the later copy whenever link 0 passed its copy upstream (70 %).
+    assert server["rx_replayed"] >= 0.4 * 500, server
+    # Clean exit: the table goes with the daemon.
+    assert topo.daemons["client"].stop() == 0
+    assert dup_table(topo) is None
+    # A crash leaves it; the next start replaces it with its own sockets' ports.
+    topo.daemons["client"] = topo._daemon(topo.cli, "client", topo.dir / "client.toml")
+    topo.wait_established()
+    before = dup_table(topo)
+    topo.daemons["client"].stop(signal.SIGKILL)
+    assert dup_table(topo) == before, "SIGKILL: nothing removed it"
+    topo.daemons["client"] = topo._daemon(topo.cli, "client", topo.dir / "client.toml")
+    topo.wait_established()
+    after = dup_table(topo)
+    assert after is not None and after.count(" dup to ") == 2 and after != before, after
+    assert topo.cli.run(["nft", "list", "tables"]).stdout.count("multihome_dup") == 1
+    assert topo.daemons["client"].stop() == 0
+    assert dup_table(topo) is None

@@ -20,6 +20,7 @@
 
 #![cfg(target_os = "linux")]
 
+pub mod dup;
 pub mod nat;
 pub mod netlink;
 pub mod netns;

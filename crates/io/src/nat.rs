@@ -143,7 +143,7 @@ table inet {table} {{
     ))
 }
 
-fn check_name(what: &'static str, value: &str, max: usize) -> Result<(), NatError> {
+pub(crate) fn check_name(what: &'static str, value: &str, max: usize) -> Result<(), NatError> {
     let ok = !value.is_empty()
         && value.len() <= max
         && value
@@ -174,7 +174,7 @@ fn enable_forwarding(uplink: &str) -> Result<(), NatError> {
     Ok(())
 }
 
-fn nft(args: &[&str], stdin: Option<&str>, action: &str) -> Result<(), NatError> {
+pub(crate) fn nft(args: &[&str], stdin: Option<&str>, action: &str) -> Result<(), NatError> {
     let mut child = Command::new("nft")
         .args(args)
         .stdin(if stdin.is_some() {

@@ -48,6 +48,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "fec_parity_sent": sc.fec_parity_sent,
         "fec_recovered": sc.fec_recovered,
         "fec_late": sc.fec_late,
+        "tx_kernel_copies": sc.tx_kernel_copies,
     })
 }
 

@@ -60,6 +60,8 @@ pub struct ClientSettings {
     pub links: Vec<LinkSettings>,
     /// Flow classifier.
     pub classifier: Classifier,
+    /// Kernel fast path for `redundant` copies (nftables `dup`; `multihome_io::dup`).
+    pub kernel_copies: bool,
 }
 
 /// Default control socket of the client.
@@ -388,5 +390,6 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         ciphers: parse_cipher(src, c.cipher.as_ref())?,
         links,
         classifier: parse_classifier(src, &f.policy)?,
+        kernel_copies: c.kernel_copies,
     })
 }

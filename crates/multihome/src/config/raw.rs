@@ -33,6 +33,8 @@ pub struct ClientSection {
     pub mtu: Option<Spanned<u32>>,
     pub aggregate_scheduler: Option<Spanned<String>>,
     pub cipher: Option<Spanned<String>>,
+    #[serde(default)]
+    pub kernel_copies: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,6 +7,7 @@
 
 use super::core::ClientCore;
 use super::driver::{Driver, Services, Watch};
+use super::fastpath::FastPath;
 use super::io::LinkBind;
 use super::{block_on, register, setup_tun, shutdown_signal, Clock};
 use crate::config::{self, ClientSettings, ConfigError, Source};
@@ -52,6 +53,9 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
     let mut client = Client::with_rng_seed(client_config(&s, key, &clock), super::os_seed()?);
     let links = s.links.iter();
     let mut bind = LinkBind::new(links.map(|l| (l.name.clone(), l.interface.clone(), l.server)));
+    if s.kernel_copies {
+        bind = bind.with_copy_sockets();
+    }
     for i in 0..bind.links().len() {
         bind.rebind(i);
         let l = &bind.links()[i];
@@ -66,6 +70,7 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
     let mut watch = LinkWatch {
         fd: register(LinkWatcher::new().context("opening netlink")?)?,
         events: Vec::new(),
+        fast: FastPath::start(s.kernel_copies, &bind)?,
     };
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
@@ -109,6 +114,7 @@ fn client_config(
             failback_hold: s.failback_hold,
             aggregate: s.aggregate,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
+            kernel_copies: s.kernel_copies,
             ..SessionConfig::default()
         },
         classifier: s.classifier.clone(),
@@ -122,6 +128,8 @@ struct LinkWatch {
     fd: AsyncFd<LinkWatcher>,
     /// The events of the last wake-up.
     events: Vec<LinkEvent>,
+    /// The kernel fast path's table (removed when the watch is dropped, at exit).
+    fast: FastPath,
 }
 
 impl Watch<ClientCore, LinkBind> for LinkWatch {
@@ -140,6 +148,7 @@ impl Watch<ClientCore, LinkBind> for LinkWatch {
 
     fn handle(&mut self, clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind) {
         on_link_events(clock, &mut core.client, bind, &self.events);
+        self.fast.refresh(bind);
     }
 }
 

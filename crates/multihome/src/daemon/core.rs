@@ -20,7 +20,8 @@ use std::net::SocketAddr;
 /// A datagram the core built: which socket sends it, to where, how long it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing {
-    /// The socket's number in the bind (client: the link's `PathId`; server: 0).
+    /// The socket's number in the bind (client: the link's `PathId`, plus the number of
+    /// links for its copy socket; server: 0).
     pub socket: usize,
     /// Destination.
     pub dst: SocketAddr,
@@ -84,8 +85,10 @@ impl Core for ClientCore {
     }
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Outgoing> {
+        let n = self.link_names.len();
         self.client.poll_transmit(now, buf).map(|t| Outgoing {
-            socket: t.path.0 as usize,
+            // Copy sockets follow the links' own (`LinkBind`).
+            socket: t.path.0 as usize + if t.kernel_copies { n } else { 0 },
             dst: t.dst,
             len: t.len,
         })

@@ -17,6 +17,7 @@
 pub mod client;
 pub mod core;
 pub mod driver;
+pub mod fastpath;
 pub mod io;
 pub mod mem;
 pub mod server;
