@@ -166,3 +166,11 @@ fn realtime_rules_and_link_costs() {
     let e = client(&client_src("server = \"10.0.1.1:7000\"\n", &links)).unwrap_err();
     assert!(e.message.contains("cost = 0"), "{e}");
 }
+
+#[test]
+fn kernel_copies_is_off_unless_asked() {
+    let c = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert!(!c.kernel_copies);
+    let t = client_src("server = \"10.0.1.1:7000\"\nkernel_copies = true\n", LINKS);
+    assert!(client(&t).unwrap().kernel_copies);
+}
