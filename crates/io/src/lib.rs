@@ -22,6 +22,7 @@
 #![cfg(target_os = "linux")]
 
 pub mod detour;
+pub mod dup;
 pub mod nat;
 pub mod netlink;
 pub mod netns;

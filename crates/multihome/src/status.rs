@@ -46,6 +46,12 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "hold_dropped_bytes": sc.hold_dropped_bytes,
         "hold_dropped_age": sc.hold_dropped_age,
         "hold_released": sc.hold_released,
+        "rt_dropped_late": sc.rt_dropped_late,
+        "rt_rx_late": sc.rt_rx_late,
+        "fec_parity_sent": sc.fec_parity_sent,
+        "fec_recovered": sc.fec_recovered,
+        "fec_late": sc.fec_late,
+        "tx_kernel_copies": sc.tx_kernel_copies,
     })
 }
 

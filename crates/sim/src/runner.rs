@@ -102,7 +102,7 @@ pub fn git_revision() -> String {
     }
 }
 
-const CSV_FIXED: [&str; 18] = [
+const CSV_FIXED: [&str; 20] = [
     "seed",
     "goodput_mbit",
     "jain",
@@ -121,6 +121,8 @@ const CSV_FIXED: [&str; 18] = [
     "core_down_skipped",
     "core_down_late",
     "queue_drops_down",
+    "cbr_late",
+    "up_bytes_per_delivered",
 ];
 
 fn opt(x: Option<f64>) -> String {
@@ -169,6 +171,9 @@ fn csv_row(point_names: &[String], r: &RunReport) -> Vec<String> {
         opt(core.map(|c| c.reorder[1].skipped_gaps as f64)),
         opt(core.map(|c| c.reorder[1].late as f64)),
         opt(core.map(|c| c.queue_drops[1] as f64)),
+        cbr.and_then(|f| f.late)
+            .map_or_else(String::new, |n| n.to_string()),
+        opt(r.summary.up_bytes_per_delivered),
     ]);
     row
 }

@@ -136,15 +136,21 @@ pub enum PolicySpec {
     Best,
     /// Copies on every path.
     Redundant,
+    /// Deadline-driven with FEC (`deadline`, default 150 ms).
+    Realtime,
 }
 
 impl PolicySpec {
-    /// The core's policy.
-    pub fn to_proto(self) -> multihome_proto::policy::Policy {
+    /// The core's policy; `deadline` is realtime's (default `DEFAULT_DEADLINE`).
+    pub fn to_proto(self, deadline: Option<Duration>) -> multihome_proto::policy::Policy {
+        use multihome_proto::policy::{Policy, DEFAULT_DEADLINE};
         match self {
-            PolicySpec::Aggregate => multihome_proto::policy::Policy::Aggregate,
-            PolicySpec::Best => multihome_proto::policy::Policy::Best,
-            PolicySpec::Redundant => multihome_proto::policy::Policy::Redundant { copies: None },
+            PolicySpec::Aggregate => Policy::Aggregate,
+            PolicySpec::Best => Policy::Best,
+            PolicySpec::Redundant => Policy::Redundant { copies: None },
+            PolicySpec::Realtime => Policy::Realtime {
+                deadline: deadline.unwrap_or(DEFAULT_DEADLINE),
+            },
         }
     }
 }
@@ -314,6 +320,10 @@ pub struct FlowSpec {
     pub packet_bytes: Option<usize>,
     /// Policy of this flow (default: the tunnel's).
     pub policy: Option<PolicySpec>,
+    /// CBR: how long after sending a packet is of use: the `realtime` policy's deadline,
+    /// and under any policy the bound past which a received packet counts `late`.
+    #[serde(default, deserialize_with = "serde_duration::option")]
+    pub deadline: Option<Duration>,
     /// TCP maximum segment size (default: what fits the tunnel MTU with 52 bytes of
     /// IPv4 + TCP headers, timestamps included; 1448 direct).
     pub mss: Option<u32>,

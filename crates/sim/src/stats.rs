@@ -159,6 +159,9 @@ pub struct TrafficReport {
     /// CBR: packets received.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub received: Option<u64>,
+    /// CBR with a `deadline`: packets received after it (counted in `received` too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late: Option<u64>,
     /// CBR: fraction lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,

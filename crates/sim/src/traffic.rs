@@ -103,6 +103,8 @@ pub struct App {
     cbr_size: usize,
     cbr_sent: u64,
     cbr_received: u64,
+    /// Received after `spec.deadline`.
+    cbr_late: u64,
     cbr_bytes: u64,
     cbr_latency: Histogram,
     cbr_jitter: f64,
@@ -165,6 +167,7 @@ impl App {
             cbr_size,
             cbr_sent: 0,
             cbr_received: 0,
+            cbr_late: 0,
             cbr_bytes: 0,
             cbr_latency: Histogram::default(),
             cbr_jitter: 0.0,
@@ -329,6 +332,13 @@ impl App {
         let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
         let transit = now.as_nanos() as f64 - sent as f64;
         self.cbr_received += 1;
+        if self
+            .spec
+            .deadline
+            .is_some_and(|d| transit > d.as_nanos() as f64)
+        {
+            self.cbr_late += 1;
+        }
         let first = self.cbr_rx_window.map_or(now, |(a, _)| a);
         self.cbr_rx_window = Some((first, now));
         self.cbr_bytes += (payload.len() + packet::UDP_HEADERS) as u64;
@@ -388,6 +398,7 @@ impl App {
                 r.goodput_mbit = self.cbr_bytes as f64 * 8.0 / window.max(1e-9) / 1e6;
                 r.sent = Some(self.cbr_sent);
                 r.received = Some(self.cbr_received);
+                r.late = self.spec.deadline.map(|_| self.cbr_late);
                 let lost = self.cbr_sent.saturating_sub(self.cbr_received);
                 r.loss = Some(lost as f64 / self.cbr_sent.max(1) as f64);
                 r.latency_ms = self.cbr_latency.summary_ms();

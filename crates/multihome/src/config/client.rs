@@ -64,6 +64,8 @@ pub struct ClientSettings {
     pub relays: Vec<super::detours::RelaySettings>,
     /// Detour paths in use at most (`detours`; 0 without relays).
     pub detours: usize,
+    /// Kernel fast path for `redundant` copies (nftables `dup`; `multihome_io::dup`).
+    pub kernel_copies: bool,
 }
 
 /// Default control socket of the client.
@@ -395,5 +397,6 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         classifier: parse_classifier(src, &f.policy)?,
         relays,
         detours,
+        kernel_copies: c.kernel_copies,
     })
 }

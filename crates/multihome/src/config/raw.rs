@@ -45,6 +45,8 @@ pub struct ClientSection {
     pub aggregate_scheduler: Option<Spanned<String>>,
     pub cipher: Option<Spanned<String>>,
     pub detours: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub kernel_copies: bool,
 }
 
 #[derive(Debug, Deserialize)]

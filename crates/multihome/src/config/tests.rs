@@ -194,3 +194,11 @@ fn relays_and_detours() {
     let e = client(&(client_src("server = \"10.0.1.1:7000\"\n", LINKS) + &twice)).unwrap_err();
     assert!(e.message.contains("listed twice"), "{e}");
 }
+
+#[test]
+fn kernel_copies_is_off_unless_asked() {
+    let c = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert!(!c.kernel_copies);
+    let t = client_src("server = \"10.0.1.1:7000\"\nkernel_copies = true\n", LINKS);
+    assert!(client(&t).unwrap().kernel_copies);
+}

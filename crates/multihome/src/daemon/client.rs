@@ -7,6 +7,7 @@
 
 use super::core::ClientCore;
 use super::driver::{Driver, Services, Watch};
+use super::fastpath::FastPath;
 use super::io::LinkBind;
 use super::{block_on, register, setup_tun, shutdown_signal, Clock};
 use crate::config::{self, ClientSettings, ConfigError, Source};
@@ -53,19 +54,24 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
     let mut client = Client::with_rng_seed(client_config(&s, key, &clock), super::os_seed()?);
     let links = s.links.iter();
     let mut bind = LinkBind::new(links.map(|l| (l.name.clone(), l.interface.clone(), l.server)));
+    if s.kernel_copies {
+        bind = bind.with_copy_sockets();
+    }
     for i in 0..bind.links().len() {
         bind.rebind(i);
         let l = &bind.links()[i];
         client.add_link(clock.now(), PathId(i as u8), l.server);
+        client.set_link_cost(PathId(i as u8), s.links[i].cost);
         let up =
             multihome_io::netlink::link_is_up(&l.interface).unwrap_or(false) && bind.is_bound(i);
         client.set_link_available(clock.now(), PathId(i as u8), up);
-        tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, "link configured");
+        tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, cost = s.links[i].cost, "link configured");
     }
     let names: Vec<String> = bind.links().iter().map(|l| l.name.clone()).collect();
     let mut watch = LinkWatch {
         fd: register(LinkWatcher::new().context("opening netlink")?)?,
         events: Vec::new(),
+        fast: FastPath::start(s.kernel_copies, &bind)?,
     };
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
@@ -110,6 +116,7 @@ fn client_config(
             failback_hold: s.failback_hold,
             aggregate: s.aggregate,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
+            kernel_copies: s.kernel_copies,
             ..SessionConfig::default()
         },
         classifier: s.classifier.clone(),
@@ -123,6 +130,8 @@ struct LinkWatch {
     fd: AsyncFd<LinkWatcher>,
     /// The events of the last wake-up.
     events: Vec<LinkEvent>,
+    /// The kernel fast path's table (removed when the watch is dropped, at exit).
+    fast: FastPath,
 }
 
 impl Watch<ClientCore, LinkBind> for LinkWatch {
@@ -141,6 +150,7 @@ impl Watch<ClientCore, LinkBind> for LinkWatch {
 
     fn handle(&mut self, clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind) {
         on_link_events(clock, core, bind, &self.events);
+        self.fast.refresh(bind);
     }
 }
 

@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing {
     /// The socket's number in the bind (client: the link's `PathId`, also for a detour path
-    /// over that link; server: 0).
+    /// over that link, plus the number of links for the link's copy socket; server: 0).
     pub socket: usize,
     /// Destination.
     pub dst: SocketAddr,
@@ -67,6 +67,8 @@ pub struct ClientCore {
     /// The endpoint.
     pub client: Client,
     link_names: Vec<String>,
+    /// Links configured (detour paths, named after them in `link_names`, are not links).
+    n_links: usize,
     was_established: bool,
     detours: Option<Detours>,
 }
@@ -76,6 +78,7 @@ impl ClientCore {
     pub fn new(client: Client, link_names: Vec<String>) -> Self {
         ClientCore {
             client,
+            n_links: link_names.len(),
             link_names,
             was_established: false,
             detours: None,
@@ -121,12 +124,13 @@ impl Core for ClientCore {
             return Some(o);
         }
         let t = self.client.poll_transmit(now, buf)?;
-        let socket = self
+        let link = self
             .detours
             .as_ref()
             .map_or(t.path.0 as usize, |d| d.socket(t.path));
         Some(Outgoing {
-            socket,
+            // Copy sockets follow the links' own (`LinkBind`).
+            socket: link + if t.kernel_copies { self.n_links } else { 0 },
             dst: t.dst,
             len: t.len,
         })

@@ -161,13 +161,30 @@ pub struct Link {
     /// The server's address on this link.
     pub server: SocketAddr,
     sock: Option<AsyncFd<LinkSocket>>,
+    /// The copy socket (kernel fast path, `multihome_io::dup`): what leaves it is copied
+    /// onto the other links by the kernel. Never read: replies come to `sock`.
+    copy: Option<AsyncFd<LinkSocket>>,
+}
+
+impl Link {
+    /// Ports of the link's socket and copy socket, when both are bound.
+    pub fn ports(&self) -> Option<(u16, u16)> {
+        let port = |s: &Option<AsyncFd<LinkSocket>>| {
+            s.as_ref()
+                .and_then(|s| s.get_ref().local_addr().ok())
+                .map(|a| a.port())
+        };
+        Some((port(&self.sock)?, port(&self.copy)?))
+    }
 }
 
 /// The client's sockets, one per link, numbered by the link's `PathId`. A link's socket
-/// is dropped when its interface vanishes and bound again when it comes back.
+/// is dropped when its interface vanishes and bound again when it comes back. With copy
+/// sockets, socket number `n + i` (n links) is link i's copy socket.
 pub struct LinkBind {
     links: Vec<Link>,
     bufs: Vec<RecvBuf>,
+    copy_sockets: bool,
 }
 
 impl LinkBind {
@@ -180,12 +197,20 @@ impl LinkBind {
                 interface,
                 server,
                 sock: None,
+                copy: None,
             })
             .collect();
         LinkBind {
             links,
             bufs: recv_bufs(),
+            copy_sockets: false,
         }
+    }
+
+    /// Also binds a copy socket per link (the kernel fast path).
+    pub fn with_copy_sockets(mut self) -> Self {
+        self.copy_sockets = true;
+        self
     }
 
     /// The links, in `PathId` order.
@@ -210,15 +235,21 @@ impl LinkBind {
         } else {
             "[::]:0".parse().expect("literal")
         };
-        l.sock = match LinkSocket::bind(Some(&l.interface), local)
+        let bind = |what: &str| match LinkSocket::bind(Some(&l.interface), local)
             .map_err(anyhow::Error::from)
             .and_then(register)
         {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(link = %l.name, "cannot bind a socket on {}: {e:#}", l.interface);
+                tracing::warn!(link = %l.name, "cannot bind a {what} on {}: {e:#}", l.interface);
                 None
             }
+        };
+        l.sock = bind("socket");
+        l.copy = if self.copy_sockets && l.sock.is_some() {
+            bind("copy socket")
+        } else {
+            None
         };
     }
 }
@@ -243,13 +274,28 @@ impl DatagramBind for LinkBind {
     }
 
     fn send(&mut self, sock: usize, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-        match self.links.get(sock).and_then(|l| l.sock.as_ref()) {
+        let n = self.links.len();
+        let s = match self.links.get(sock % n.max(1)) {
+            // A copy socket, or the link's own when it has none (then no kernel copies).
+            Some(l) if sock >= n => l.copy.as_ref().or(l.sock.as_ref()),
+            Some(l) => l.sock.as_ref(),
+            None => None,
+        };
+        match s {
             Some(s) => s.get_ref().send_batch(msgs),
             None => Ok(msgs.len()),
         }
     }
 
     fn send_failed(&mut self, sock: usize, e: &io::Error) -> bool {
+        let n = self.links.len();
+        if sock >= n {
+            // A copy socket: dropped; the link's own socket reports the link's fate.
+            if let (Some(l), ErrorClass::DeviceGone) = (self.links.get_mut(sock - n), classify(e)) {
+                l.copy = None;
+            }
+            return false;
+        }
         match classify(e) {
             ErrorClass::DeviceGone => match self.links.get_mut(sock) {
                 Some(link) if link.sock.is_some() => {

@@ -20,6 +20,7 @@ pub mod client;
 pub mod core;
 pub mod detours;
 pub mod driver;
+pub mod fastpath;
 pub mod io;
 pub mod mem;
 pub mod server;

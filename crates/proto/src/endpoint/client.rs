@@ -49,6 +49,8 @@ pub struct LinkInfo {
     pub remote: SocketAddr,
     /// Whether its interface is usable.
     pub available: bool,
+    /// Relative cost (`PathConfig::cost`), kept here so a new session keeps it.
+    pub cost: u32,
 }
 
 struct Pending {
@@ -107,6 +109,7 @@ impl Client {
                 id,
                 remote,
                 available: true,
+                cost: 1,
             }),
         }
         // An existing path is re-pointed (a detour path id used again for another relay).
@@ -117,6 +120,9 @@ impl Client {
     /// Sets a link's relative cost (default 1; `PathConfig::cost`): `redundant` copies
     /// and realtime FEC parity go on the cheapest links that meet their loss targets.
     pub fn set_link_cost(&mut self, id: PathId, cost: u32) {
+        if let Some(l) = self.links.iter_mut().find(|l| l.id == id) {
+            l.cost = cost;
+        }
         self.session.set_path_cost(id, cost);
     }
 
@@ -223,6 +229,7 @@ impl Client {
         for l in &self.links {
             self.session.ensure_path(now, l.id, l.remote);
             self.session.set_path_available(now, l.id, l.available);
+            self.session.set_path_cost(l.id, l.cost);
         }
     }
 
@@ -316,7 +323,12 @@ impl Client {
         if let Some((path, dst, m)) = self.handshake_out.pop_front() {
             let n = m.len().min(buf.len());
             buf[..n].copy_from_slice(&m[..n]);
-            return Some(Transmit { path, dst, len: n });
+            return Some(Transmit {
+                path,
+                dst,
+                len: n,
+                kernel_copies: false,
+            });
         }
         self.session.poll_transmit(now, buf)
     }

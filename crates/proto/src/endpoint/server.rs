@@ -334,7 +334,12 @@ impl Server {
         if let Some((path, dst, m)) = self.handshake_out.pop_front() {
             let n = m.len().min(buf.len());
             buf[..n].copy_from_slice(&m[..n]);
-            return Some(Transmit { path, dst, len: n });
+            return Some(Transmit {
+                path,
+                dst,
+                len: n,
+                kernel_copies: false,
+            });
         }
         // A session may also send because time passed (its pacer allows it): those whose
         // deadline has come are candidates without new input.

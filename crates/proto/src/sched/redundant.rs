@@ -1,11 +1,26 @@
-//! `redundant`: every packet on k paths at once; the receiver keeps the first copy
-//! (SMesh). The k lowest-RTT usable paths are used, so the copy most likely to
-//! arrive first always goes out; with fewer usable paths than k, all usable ones.
+//! `redundant`: a packet on one or more paths at once; the receiver keeps the first copy
+//! (SMesh, *On Redundant Multipath Operating System Support for Wireless Mesh Networks*).
 //!
-//! Adaptive extra copies: if the measured loss of the chosen paths leaves a residual loss
-//! (the product of their loss rates, copies assumed independent) above `TARGET_RESIDUAL`,
-//! more copies are added round-robin over the same paths, up to `MAX_COPIES`. Two links
-//! losing 20 % each give 4 % residual with one copy per link; four copies give 0.16 %.
+//! Two modes:
+//!
+//! - **Fixed** (`copies = k` in a rule): one copy on each of the k lowest-RTT usable paths
+//!   (Up first, Suspect included), all of them with fewer; no adaptivity. A user who wants
+//!   duplication whatever the measurements say gets exactly that.
+//! - **Adaptive** (no `copies`: the default, and what the server uses for a learned
+//!   `redundant` flow): redundancy that pays for itself. The first copy goes on the
+//!   primary — the lowest-RTT Up path (Suspect if none is Up). Its expected loss is its
+//!   measured loss, raised to `DOUBT_LOSS` while any usable path is Suspect (a failover
+//!   is in doubt: the path we left may come back, the one we moved to is unproven). While
+//!   the residual loss (product of the chosen copies' losses, copies independent) exceeds
+//!   `TARGET_RESIDUAL`, one copy is added on the other path that buys the most loss
+//!   reduction per unit of `cost` (the smallest `cost / −ln(loss)`, a Suspect path counting
+//!   `DOUBT_LOSS`; ties: lower RTT). With every path used and the residual still above the
+//!   target, extra copies go round-robin on the chosen Up paths whose loss is random
+//!   (0 < loss < 90 %), up to `MAX_COPIES`. Clean paths, no doubt: one copy.
+//!
+//! Invariant: the selection names only non-Down paths of the view (or is `AllPaths` when
+//! there are none), always includes the primary, and has at most `max(MAX_COPIES, k)`
+//! entries.
 
 use super::{preferred, PathSet, Scheduler, Selection};
 use crate::path::{PathState, PathView};
@@ -13,22 +28,42 @@ use crate::Instant;
 
 /// Residual loss the adaptive copies aim for.
 pub const TARGET_RESIDUAL: f64 = 0.002;
-/// Most copies of one packet.
+/// Most copies of one packet in adaptive mode.
 pub const MAX_COPIES: usize = 4;
+/// Loss assumed of a Suspect path, and of the primary while any path is Suspect.
+pub const DOUBT_LOSS: f64 = 0.5;
+/// Loss counted for a path measured clean, so `−ln(loss)` stays finite.
+const FLOOR_LOSS: f64 = 1e-6;
 
 /// The `redundant` scheduler.
 #[derive(Debug, Clone)]
 pub struct Redundant {
-    copies: usize,
+    /// `Some(k)`: exactly k copies (fixed); `None`: adaptive.
+    copies: Option<usize>,
 }
 
 impl Redundant {
-    /// Sends `copies` copies (`None` = on every path).
+    /// `Some(k)`: k copies on the k lowest-RTT paths, fixed; `None`: adaptive (module doc).
     pub fn new(copies: Option<usize>) -> Self {
         Redundant {
-            copies: copies.unwrap_or(usize::MAX).max(1),
+            copies: copies.map(|k| k.max(1)),
         }
     }
+}
+
+/// The loss a copy on `p` is expected to suffer.
+fn expected_loss(p: &PathView) -> f64 {
+    if p.state == PathState::Suspect {
+        DOUBT_LOSS
+    } else {
+        p.loss.clamp(0.0, 1.0)
+    }
+}
+
+/// Cost of a copy on `p` per unit of log-loss it removes (smaller is a better buy).
+fn price(p: &PathView) -> f64 {
+    let gain = -expected_loss(p).max(FLOOR_LOSS).ln();
+    f64::from(p.cost.max(1)) / gain.max(1e-9)
 }
 
 impl Scheduler for Redundant {
@@ -49,54 +84,129 @@ impl Scheduler for Redundant {
             return Selection::AllPaths;
         }
         usable.sort_by_key(|p| (p.state != PathState::Up, p.srtt, p.id));
-        let chosen: Vec<&PathView> = usable.iter().take(self.copies).copied().collect();
-        let mut set: PathSet = chosen.iter().map(|p| p.id).collect();
-        let loss = |p: &PathView| p.loss.clamp(0.0, 1.0);
-        let mut residual: f64 = chosen.iter().map(|p| loss(p)).product();
-        let mut i = 0;
-        while residual > TARGET_RESIDUAL && set.len() < MAX_COPIES.max(chosen.len()) {
-            let p = chosen[i % chosen.len()];
-            if loss(p) >= 0.9 {
-                break; // a path this lossy adds nothing
-            }
-            set.push(p.id);
-            residual *= loss(p);
-            i += 1;
+        match self.copies {
+            Some(k) => Selection::Paths(usable.iter().take(k).map(|p| p.id).collect()),
+            None => Selection::Paths(adaptive(&usable)),
         }
-        Selection::Paths(set)
     }
+}
+
+/// The adaptive choice over `usable` (sorted: Up first, then RTT; non-empty).
+fn adaptive(usable: &[&PathView]) -> PathSet {
+    let primary = usable[0];
+    let doubt = usable.iter().any(|p| p.state == PathState::Suspect);
+    let mut residual = expected_loss(primary);
+    if doubt {
+        residual = residual.max(DOUBT_LOSS);
+    }
+    let mut set = PathSet::new();
+    set.push(primary.id);
+    let mut others: Vec<&PathView> = usable[1..].to_vec();
+    others.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.srtt.cmp(&b.srtt)));
+    for p in others {
+        if residual <= TARGET_RESIDUAL || set.is_full() {
+            return set;
+        }
+        set.push(p.id);
+        residual *= expected_loss(p);
+    }
+    // Every path carries a copy and random loss still exceeds the target: more copies on
+    // the paths whose losses are random (a second copy there is lost independently).
+    let repeatable: Vec<&PathView> = usable
+        .iter()
+        .filter(|p| p.state == PathState::Up && set.contains(&p.id))
+        .filter(|p| p.loss > 0.0 && p.loss < 0.9)
+        .copied()
+        .collect();
+    let mut i = 0;
+    while residual > TARGET_RESIDUAL && set.len() < MAX_COPIES && !repeatable.is_empty() {
+        let p = repeatable[i % repeatable.len()];
+        set.push(p.id);
+        residual *= p.loss;
+        i += 1;
+    }
+    set
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::path::PathId;
     use crate::sched::testutil::view;
 
+    fn pick(r: &mut Redundant, paths: &[PathView]) -> Vec<u8> {
+        match r.select(Instant::ZERO, paths, 100) {
+            Selection::Paths(p) => p.iter().map(|p| p.0).collect(),
+            o => panic!("{o:?}"),
+        }
+    }
+
     #[test]
-    fn picks_k_best() {
-        let mut r = Redundant::new(Some(2));
+    fn fixed_copies_are_fixed() {
         let paths = [
             view(0, PathState::Up, 50, 1.0),
             view(1, PathState::Up, 10, 1.0),
             view(2, PathState::Suspect, 5, 1.0),
             view(3, PathState::Down, 1, 1.0),
         ];
-        match r.select(Instant::ZERO, &paths, 100) {
-            Selection::Paths(p) => assert_eq!(p.as_slice(), &[PathId(1), PathId(0)]),
-            o => panic!("{o:?}"),
-        }
+        assert_eq!(pick(&mut Redundant::new(Some(2)), &paths), [1, 0]);
         let mut lossy = paths;
         lossy[0].loss = 0.2;
         lossy[1].loss = 0.2;
-        match Redundant::new(Some(2)).select(Instant::ZERO, &lossy, 100) {
-            Selection::Paths(p) => assert_eq!(p.len(), MAX_COPIES, "extra copies under loss"),
-            o => panic!("{o:?}"),
-        }
-        let mut all = Redundant::new(None);
-        match all.select(Instant::ZERO, &paths, 100) {
-            Selection::Paths(p) => assert_eq!(p.len(), 3),
-            o => panic!("{o:?}"),
-        }
+        assert_eq!(
+            pick(&mut Redundant::new(Some(2)), &lossy),
+            [1, 0],
+            "no extras"
+        );
+        assert_eq!(pick(&mut Redundant::new(Some(9)), &paths), [1, 0, 2]);
+    }
+
+    #[test]
+    fn adaptive_one_copy_on_clean_paths_more_under_loss() {
+        let mut paths = [
+            view(0, PathState::Up, 50, 1.0),
+            view(1, PathState::Up, 10, 1.0),
+            view(2, PathState::Up, 20, 1.0),
+        ];
+        let mut r = Redundant::new(None);
+        assert_eq!(pick(&mut r, &paths), [1], "clean: the fastest alone");
+        paths[1].loss = 0.03;
+        assert_eq!(
+            pick(&mut r, &paths),
+            [1, 2],
+            "3 %: one more, the faster of equals"
+        );
+        paths[2].cost = 5;
+        assert_eq!(pick(&mut r, &paths), [1, 0], "the cheaper clean path");
+        // Both cheap paths lossy: the pricier clean path buys more loss per unit of cost.
+        paths[0].loss = 0.5;
+        assert_eq!(pick(&mut r, &paths), [1, 2]);
+        // Two paths at 20 %: both used, then a second copy on each (0.2^4 = 0.16 %).
+        let lossy = [
+            PathView {
+                loss: 0.2,
+                ..view(0, PathState::Up, 10, 1.0)
+            },
+            PathView {
+                loss: 0.2,
+                ..view(1, PathState::Up, 20, 1.0)
+            },
+        ];
+        assert_eq!(pick(&mut r, &lossy), [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn adaptive_copies_while_a_failover_is_in_doubt() {
+        let mut paths = [
+            view(0, PathState::Suspect, 10, 1.0),
+            view(1, PathState::Up, 30, 1.0),
+        ];
+        let mut r = Redundant::new(None);
+        assert_eq!(pick(&mut r, &paths), [1, 0], "Suspect: copies on both");
+        paths[0].state = PathState::Down;
+        assert_eq!(pick(&mut r, &paths), [1]);
+        paths[0].state = PathState::Up;
+        assert_eq!(pick(&mut r, &paths), [0]);
+        let all_down = [view(0, PathState::Down, 10, 1.0)];
+        assert_eq!(r.select(Instant::ZERO, &all_down, 1), Selection::AllPaths);
     }
 }

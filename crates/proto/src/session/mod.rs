@@ -84,6 +84,11 @@ pub struct SessionConfig {
     pub hold_max_bytes: usize,
     /// Store-and-forward: longest a packet is held.
     pub hold_max_age: Duration,
+    /// Kernel fast path for copies (client; PROTOCOL.md §8.3): a `redundant` packet that
+    /// needs more than one copy is sealed once, on the first chosen path, and handed to
+    /// the driver marked `Transmit::kernel_copies`, which sends it where the kernel copies
+    /// it onto every other link (nftables `dup`). Off: one sealed datagram per copy.
+    pub kernel_copies: bool,
 }
 
 impl Default for SessionConfig {
@@ -100,6 +105,7 @@ impl Default for SessionConfig {
             flow_order: true,
             hold_max_bytes: 16 << 20,
             hold_max_age: Duration::from_secs(60),
+            kernel_copies: false,
         }
     }
 }
@@ -162,6 +168,9 @@ pub struct SessionCounters {
     /// Realtime packets received after their deadline (judged by `realtime_rx.rs`; still
     /// delivered: the application's jitter buffer decides).
     pub rt_rx_late: u64,
+    /// Datagrams sealed once for the kernel to copy onto the other links
+    /// (`SessionConfig::kernel_copies`).
+    pub tx_kernel_copies: u64,
     /// FEC parity shards sent (`session/fec.rs`).
     pub fec_parity_sent: u64,
     /// Realtime packets rebuilt from parity and delivered in time.

@@ -170,7 +170,7 @@ impl Session {
                 return false;
             }
             self.ensure_path(now, path_id, from);
-        } else if server {
+        } else if server && !self.is_other_paths_remote(path_id, from) {
             let moved = self
                 .slot_mut(path_id)
                 .is_some_and(|s| s.path.set_remote(from));
@@ -179,6 +179,15 @@ impl Session {
             }
         }
         true
+    }
+
+    /// Whether `from` is where another path of the session talks from: a datagram of
+    /// `path_id` from there is a copy the client's kernel made onto that path's link (the
+    /// fast path, §8.3), not a move of `path_id`, whose remote stays.
+    fn is_other_paths_remote(&self, path_id: PathId, from: SocketAddr) -> bool {
+        self.paths
+            .iter()
+            .any(|s| s.path.id() != path_id && s.path.remote() == from)
     }
 
     /// One frame of an authenticated datagram that came on `path_id`.

@@ -18,8 +18,10 @@
 //! path in doubt. A copy keeps its `data_seq` and goes unordered: the receiver drops it if
 //! the original did arrive (the de-duplication window), and otherwise releases it at once,
 //! filling its hole without teaching the reorder buffer that packets come late.
-//! Redundant copies are never reinjected: redundancy already sent them on every path;
-//! nor are realtime packets (too late by then; FEC repairs them).
+//! `redundant` packets are reinjected too: on clean paths the adaptive scheduler sends one
+//! copy (`sched/redundant.rs`), which a failing path would lose like a `best` packet; one
+//! that had copies elsewhere is dropped as a duplicate. Realtime packets are not (too late
+//! by then; FEC repairs them).
 //!
 //! Repair: the peer sees a gap in a path's `path_seq` as soon as the next datagram arrives
 //! on that path (paths are FIFO) and reports it in a NACK. The ordered (`aggregate`) data
@@ -84,11 +86,11 @@ impl InFlight {
         (flags, pred_gap): (DataFlags, u16),
         packet: &Arc<[u8]>,
     ) {
-        // Realtime packets neither: a copy sent after a failure is detected would
-        // mostly arrive after its deadline; FEC covers their losses.
+        // Not realtime packets: a copy sent after a failure is detected would mostly
+        // arrive after its deadline; FEC covers their losses.
         if matches!(
             Policy::from_code(flags.policy_code()),
-            Policy::Redundant { .. } | Policy::Realtime { .. }
+            Policy::Realtime { .. }
         ) {
             return;
         }
@@ -231,17 +233,12 @@ mod tests {
     }
 
     #[test]
-    fn redundant_copies_are_not_remembered_and_memory_is_bounded() {
+    fn realtime_packets_are_not_remembered_and_memory_is_bounded() {
         let mut f = InFlight::default();
-        f.on_sent(
-            0,
-            0,
-            (
-                DataFlags::new(Policy::Redundant { copies: None }.code(), false),
-                0,
-            ),
-            &pkt(),
-        );
+        let realtime = Policy::Realtime {
+            deadline: core::time::Duration::from_millis(150),
+        };
+        f.on_sent(0, 0, (DataFlags::new(realtime.code(), false), 0), &pkt());
         assert_eq!(f.len(), 0);
         for i in 0..(MAX_IN_FLIGHT as u32 + 10) {
             f.on_sent(i, u64::from(i), (aggregate(), 0), &pkt());

@@ -127,7 +127,7 @@ impl Session {
         deadline_ms: u16,
         packet: Arc<[u8]>,
     ) {
-        let targets: PathSet = match sel {
+        let mut targets: PathSet = match sel {
             Selection::Paths(p) => p,
             Selection::AllPaths | Selection::Wait => self
                 .paths
@@ -136,6 +136,13 @@ impl Session {
                 .map(|s| s.path.id())
                 .collect(),
         };
+        // Kernel fast path: one datagram, on the first path; the kernel copies it.
+        let kernel_copies = self.cfg.kernel_copies
+            && targets.len() > 1
+            && flags.policy_code() == (Policy::Redundant { copies: None }).code();
+        if kernel_copies {
+            targets.truncate(1);
+        }
         for path in targets {
             if self.jobs.len() >= MAX_JOBS {
                 self.counters.queue_drops += 1;
@@ -148,6 +155,7 @@ impl Session {
                 pred_gap,
                 deadline_ms,
                 packet: packet.clone(),
+                kernel_copies,
             });
         }
     }

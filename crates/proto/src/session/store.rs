@@ -373,6 +373,8 @@ impl Session {
                     flags: DataFlags::new(flags.policy_code(), false),
                     pred_gap: 0,
                     deadline_ms: 0,
+                    // A held packet goes out once, on the path that came back.
+                    kernel_copies: false,
                     packet: e.packet,
                 }),
             }

@@ -43,6 +43,8 @@ pub(super) enum Job {
         /// A realtime packet's deadline (ms), 0 otherwise.
         deadline_ms: u16,
         packet: Arc<[u8]>,
+        /// Sealed once for the kernel to copy onto the other links.
+        kernel_copies: bool,
     },
     /// Feedback only.
     Ack { path: PathId },
@@ -79,6 +81,9 @@ pub struct Transmit {
     pub dst: SocketAddr,
     /// Datagram length in the buffer.
     pub len: usize,
+    /// Send it where the kernel copies it onto every other link
+    /// (`SessionConfig::kernel_copies`).
+    pub kernel_copies: bool,
 }
 
 impl Session {
@@ -343,10 +348,19 @@ impl Session {
         outer::emit_data_header(buf, path_id.0, kp.remote_index, counter);
         let (aad, rest) = buf.split_at_mut(DATA_HEADER_LEN);
         kp.seal.seal(counter, aad, rest, plain_len).ok()?;
+        let kernel_copies = matches!(
+            job,
+            Job::Data {
+                kernel_copies: true,
+                ..
+            }
+        );
+        self.counters.tx_kernel_copies += u64::from(kernel_copies);
         Some(Transmit {
             path: path_id,
-            dst: slot.path.remote(),
+            dst: self.paths[idx].path.remote(),
             len: total,
+            kernel_copies,
         })
     }
 }

@@ -88,7 +88,7 @@ impl World {
             flow_order: scn.tunnel.reorder == ReorderSpec::Flow,
             ..SessionConfig::default()
         };
-        let default_policy = scn.tunnel.policy.to_proto();
+        let default_policy = scn.tunnel.policy.to_proto(None);
         let links: Vec<_> = scn
             .links
             .iter()
@@ -124,7 +124,7 @@ impl World {
                         protocol: None,
                         ports: Some((port, port + need - 1)),
                         dscp: None,
-                        policy: p.to_proto(),
+                        policy: p.to_proto(spec.deadline),
                     });
                 }
                 ports[c as usize].push((port, need, apps.len() as u32));

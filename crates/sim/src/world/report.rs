@@ -38,6 +38,9 @@ pub struct RunSummary {
     pub jain: Option<f64>,
     /// Bulk flows that completed.
     pub completed: u32,
+    /// Datagram bytes the clients sent on all paths per byte of upstream flows delivered
+    /// (redundancy, parity, headers, probes): `None` without upstream bytes or tunnel.
+    pub up_bytes_per_delivered: Option<f64>,
 }
 
 /// Traffic of one path.
@@ -205,6 +208,7 @@ impl World {
                 None
             },
             completed: flows.iter().filter(|f| f.completion_s.is_some()).count() as u32,
+            up_bytes_per_delivered: self.up_bytes_per_delivered(&flows),
         };
         let tunnel_counters = self.server.as_ref().map(|server| {
             let mut t = TunnelCounters::default();
@@ -244,6 +248,21 @@ impl World {
                 ..self.counters
             },
         }
+    }
+
+    fn up_bytes_per_delivered(&self, flows: &[TrafficReport]) -> Option<f64> {
+        let delivered: u64 = flows
+            .iter()
+            .filter(|f| f.direction == crate::scenario::Direction::Up)
+            .map(|f| f.bytes_delivered)
+            .sum();
+        let sent: u64 = self
+            .clients
+            .iter()
+            .filter_map(|n| n.ep.as_ref())
+            .flat_map(|ep| ep.session().paths().map(|p| p.counters().tx_bytes))
+            .sum();
+        (self.server.is_some() && delivered > 0).then(|| sent as f64 / delivered as f64)
     }
 
     fn path_reports(&self) -> Vec<PathReport> {

@@ -15,6 +15,7 @@ mod hostile;
 mod lifecycle;
 mod mobility;
 mod realtime;
+mod redundant;
 mod reordering;
 mod throughput;
 
@@ -298,6 +299,14 @@ impl Pair {
         let mut buf = vec![0u8; 2048];
         while let Some(t) = self.client.poll_transmit(self.now, &mut buf) {
             let from = self.client_addrs[t.path.0 as usize];
+            if t.kernel_copies {
+                // The kernel fast path (nftables `dup`): the same datagram on every other
+                // link, from that link's address.
+                for j in (0..self.up.len()).filter(|&j| j != usize::from(t.path.0)) {
+                    let addr = self.client_addrs[j];
+                    self.send(true, j as u8, addr, buf[..t.len].to_vec());
+                }
+            }
             self.send(true, t.path.0, from, buf[..t.len].to_vec());
         }
         while let Some(t) = self.server.poll_transmit(self.now, &mut buf) {

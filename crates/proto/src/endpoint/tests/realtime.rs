@@ -199,7 +199,7 @@ fn voice_over_lossy_links_realtime_fec_vs_duplication() {
     {
         let seed = 40 + i as u64;
         let best = voice(Policy::Best, loss, seed);
-        let dup = voice(Policy::Redundant { copies: None }, loss, seed);
+        let dup = voice(Policy::Redundant { copies: Some(2) }, loss, seed);
         let rt = voice(rt(150), loss, seed);
         let extra = rt.bytes as f64 / best.bytes as f64 - 1.0;
         eprintln!(
