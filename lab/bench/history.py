@@ -48,23 +48,23 @@ TREND = REPO_ROOT / "docs" / "trend"
 REV_RE = re.compile(r"[0-9a-f]{7,40}")
 PY = ".venv/bin/python"
 
-# The command that produces each suite's result (lab suites need root: sudo).
+# The command that produces each suite's result (lab suites run as root).
 COMMANDS = {
-    "simult-flows": f"sudo {PY} -m lab.bench simult-flows",
-    "simult-flows-weighted": f"sudo {PY} -m lab.bench simult-flows --scheduler weighted",
-    "simult-flows-partial": f"sudo {PY} -m lab.bench simult-flows --cases 0 1",
-    "overhead": f"sudo {PY} -m lab.bench overhead",
-    "failover": f"sudo {PY} -m lab.bench failover",
-    "aggregate": f"sudo {PY} -m lab.bench aggregate",
-    "aggregate-quick": f"sudo {PY} -m lab.bench aggregate --cases fixed --seconds 20",
-    "crosscheck": f"sudo {PY} -m lab.bench crosscheck",
-    "detour-relay": f"sudo {PY} -m lab.bench.detour_relay",
-    "race-bench": f"sudo {PY} -m lab.race.bench",
-    "race-bench-1000mbit": f"sudo {PY} -m lab.race.bench --rate-mbit 1000",
-    "race-eval-wired-wired": f"sudo {PY} -m lab.race.experiment --config wired-wired",
-    "race-eval-wired-wireless": f"sudo {PY} -m lab.race.experiment --config wired-wireless",
+    "simult-flows": f"{PY} -m lab.bench simult-flows",
+    "simult-flows-weighted": f"{PY} -m lab.bench simult-flows --scheduler weighted",
+    "simult-flows-partial": f"{PY} -m lab.bench simult-flows --cases 0 1",
+    "overhead": f"{PY} -m lab.bench overhead",
+    "failover": f"{PY} -m lab.bench failover",
+    "aggregate": f"{PY} -m lab.bench aggregate",
+    "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
+    "crosscheck": f"{PY} -m lab.bench crosscheck",
+    "detour-relay": f"{PY} -m lab.bench.detour_relay",
+    "race-bench": f"{PY} -m lab.race.bench",
+    "race-bench-1000mbit": f"{PY} -m lab.race.bench --rate-mbit 1000",
+    "race-eval-wired-wired": f"{PY} -m lab.race.experiment --config wired-wired",
+    "race-eval-wired-wireless": f"{PY} -m lab.race.experiment --config wired-wireless",
     "race-eval-wireless-wireless": (
-        f"sudo {PY} -m lab.race.experiment --config wireless-wireless --live"
+        f"{PY} -m lab.race.experiment --config wireless-wireless --live"
     ),
     "sim-bench": (
         "cargo run --profile bench-speed -p multihome-sim -- bench --sessions 1000 --seconds 60"
@@ -210,16 +210,32 @@ def _crosscheck(d: dict) -> list[tuple[str, dict]]:
 
 
 def _race_bench(d: dict) -> list[tuple[str, dict]]:
-    f = {
-        "direct_setup_median_ms": _r(d["setup_direct"]["median_ms"]),
-        "race_setup_median_ms": _r(d["setup_race"]["median_ms"]),
-        "added_setup_median_ms": _r(d["added_setup_ms"]["median"]),
-        "added_setup_p90_ms": _r(d["added_setup_ms"]["p90"]),
-        "throughput_direct_mbps": _r(d["throughput_direct_mbps"]),
-        "throughput_race_mbps": _r(d["throughput_race_mbps"]),
-        "throughput_ratio": _r(d["throughput_ratio"]),
-    }
-    return [("race vs direct", f)]
+    direct = _r(d["throughput_direct_mbps"])
+    if "modes" not in d:  # results from before NAT mode: the proxy alone
+        f = {
+            "direct_setup_median_ms": _r(d["setup_direct"]["median_ms"]),
+            "race_setup_median_ms": _r(d["setup_race"]["median_ms"]),
+            "added_setup_median_ms": _r(d["added_setup_ms"]["median"]),
+            "added_setup_p90_ms": _r(d["added_setup_ms"]["p90"]),
+            "throughput_direct_mbps": direct,
+            "throughput_race_mbps": _r(d["throughput_race_mbps"]),
+            "throughput_ratio": _r(d["throughput_ratio"]),
+        }
+        return [("race vs direct", f)]
+    rows = []
+    for mode, m in d["modes"].items():
+        f = {
+            "direct_setup_median_ms": _r(d["setup_direct"]["median_ms"]),
+            "race_setup_median_ms": _r(m["setup"]["median_ms"]),
+            "added_setup_median_ms": _r(m["added_setup_ms"]["median"]),
+            "added_setup_p90_ms": _r(m["added_setup_ms"]["p90"]),
+            "throughput_direct_mbps": direct,
+            "throughput_race_mbps": _r(m["throughput_mbps"]),
+            "throughput_ratio": _r(m["throughput_ratio"]),
+            "daemon_cpu_s_per_gbit": _r(m["daemon_cpu_s_per_gbit"]),
+        }
+        rows.append((f"{mode} vs direct", f))
+    return rows
 
 
 def _race_eval(d: dict) -> list[tuple[str, dict]]:
@@ -572,6 +588,7 @@ COLUMNS = {
         "throughput_direct_mbps",
         "throughput_race_mbps",
         "throughput_ratio",
+        "daemon_cpu_s_per_gbit",
     ],
     "crosscheck": [
         "lab_goodput_mbps",
