@@ -1,6 +1,6 @@
 //! Validation of `client.toml` into `ClientSettings`.
 
-use super::raw::{ClientFile, PolicySection};
+use super::raw::{ClientFile, LinkSection, PolicySection};
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
 use multihome_proto::crypto::{CipherSet, DataCipher, PublicKey};
@@ -303,14 +303,58 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         .as_ref()
         .map(|s| parse_addr(src, s, "server"))
         .transpose()?;
-    if f.link.is_empty() {
+    let links = parse_links(src, &f.link, default_server)?;
+    let aggregate = parse_scheduler(src, c.aggregate_scheduler.as_ref())?;
+    let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
+    Ok(ClientSettings {
+        private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
+        private_key_at: c.private_key_file.span().start,
+        server_public_key: parse_key(src, &c.server_public_key)?,
+        tun_name: check_ifname(src, &c.tun_name)?,
+        tun_address: parse_net(src, &c.tun_address, "tun_address")?,
+        routes: c
+            .routes
+            .iter()
+            .map(|r| parse_net(src, r, "route"))
+            .collect::<Result<_, _>>()?,
+        control_socket: c
+            .control_socket
+            .as_deref()
+            .unwrap_or(DEFAULT_CLIENT_SOCKET)
+            .into(),
+        metrics_listen: c
+            .metrics_listen
+            .as_ref()
+            .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        detect: parse_detect(src, c.detect_ms.as_ref())?,
+        failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),
+        mtu: parse_mtu(src, c.mtu.as_ref())?,
+        aggregate,
+        ciphers: parse_cipher(src, c.cipher.as_ref())?,
+        links,
+        classifier: parse_classifier(src, &f.policy)?,
+        relays,
+        detours,
+        kernel_copies: c.kernel_copies,
+    })
+}
+
+/// The `[[link]]` sections: at least one, at most 16, each named once, each with a server
+/// (its own or `[client]`'s) and a cost in 1..=1000.
+fn parse_links(
+    src: &Source<'_>,
+    raw: &[Spanned<LinkSection>],
+    default_server: Option<SocketAddr>,
+) -> Result<Vec<LinkSettings>, ConfigError> {
+    if raw.is_empty() {
         return Err(src.err_file(
             "no [[link]] is configured",
             "add a [[link]] with name and interface for each uplink",
         ));
     }
     let mut links = Vec::new();
-    for l in &f.link {
+    for l in raw {
         let at = l.span().start;
         let l = l.get_ref();
         let server = match &l.server {
@@ -351,52 +395,21 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
     if links.len() > 16 {
         return Err(src.err_file("more than 16 links", "use at most 16 [[link]] sections"));
     }
-    let aggregate = match c
-        .aggregate_scheduler
-        .as_ref()
-        .map(|s| (s.get_ref().as_str(), s.span().start))
-    {
-        None | Some(("earliest", _)) => AggregateScheduler::Earliest,
-        Some(("weighted", _)) => AggregateScheduler::Weighted,
-        Some((o, at)) => {
-            return Err(src.err(
-                at,
-                format!("unknown scheduler `{o}`"),
-                "use earliest or weighted",
-            ))
-        }
-    };
-    let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
-    Ok(ClientSettings {
-        private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
-        private_key_at: c.private_key_file.span().start,
-        server_public_key: parse_key(src, &c.server_public_key)?,
-        tun_name: check_ifname(src, &c.tun_name)?,
-        tun_address: parse_net(src, &c.tun_address, "tun_address")?,
-        routes: c
-            .routes
-            .iter()
-            .map(|r| parse_net(src, r, "route"))
-            .collect::<Result<_, _>>()?,
-        control_socket: c
-            .control_socket
-            .as_deref()
-            .unwrap_or(DEFAULT_CLIENT_SOCKET)
-            .into(),
-        metrics_listen: c
-            .metrics_listen
-            .as_ref()
-            .map(|m| parse_addr(src, m, "metrics_listen"))
-            .transpose()?,
-        detect: parse_detect(src, c.detect_ms.as_ref())?,
-        failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),
-        mtu: parse_mtu(src, c.mtu.as_ref())?,
-        aggregate,
-        ciphers: parse_cipher(src, c.cipher.as_ref())?,
-        links,
-        classifier: parse_classifier(src, &f.policy)?,
-        relays,
-        detours,
-        kernel_copies: c.kernel_copies,
-    })
+    Ok(links)
+}
+
+/// `aggregate_scheduler`: earliest (default) or weighted.
+fn parse_scheduler(
+    src: &Source<'_>,
+    s: Option<&Spanned<String>>,
+) -> Result<AggregateScheduler, ConfigError> {
+    match s.map(|s| (s.get_ref().as_str(), s.span().start)) {
+        None | Some(("earliest", _)) => Ok(AggregateScheduler::Earliest),
+        Some(("weighted", _)) => Ok(AggregateScheduler::Weighted),
+        Some((o, at)) => Err(src.err(
+            at,
+            format!("unknown scheduler `{o}`"),
+            "use earliest or weighted",
+        )),
+    }
 }
