@@ -381,7 +381,10 @@ def test_kernel_fast_path_copies_and_cleans_up(lab: Lab, multihome_bin: Path) ->
         out, {"tx_kernel_copies": client["tx_kernel_copies"], "rx_replayed": server["rx_replayed"]}
     )
     assert out["lost"] == 0 and out["duplicates"] == 0, out
-    assert client["tx_kernel_copies"] >= 500, client
+    # Every packet asks for 2 copies, but one sent while 30 % loss has link 0 judged Suspect
+    # or Down goes on the other link alone: one copy, nothing for the kernel to duplicate
+    # (measured: 475 and 500 of 500). Most must have been copied by the kernel.
+    assert client["tx_kernel_copies"] >= 0.8 * 500, client
     # The server refuses the later copy whenever link 0 passed its copy upstream (70 %).
     assert server["rx_replayed"] >= 0.4 * 500, server
     # Clean exit: the table goes with the daemon.
