@@ -66,6 +66,8 @@ pub struct ClientSettings {
     pub detours: usize,
     /// Kernel fast path for `redundant` copies (nftables `dup`; `multihome_io::dup`).
     pub kernel_copies: bool,
+    /// Store-and-forward: most bytes held, and for how long, while no path is live.
+    pub hold: (usize, Duration),
 }
 
 /// Default control socket of the client.
@@ -161,6 +163,27 @@ pub(super) fn parse_detect(
             "use a value from 100 to 60000 milliseconds",
         )),
     }
+}
+
+/// Store-and-forward limits (`hold_max_mb`, 1–1024, default 16; `hold_max_s`, 1–3600,
+/// default 60): what a session holds while it has no live path (`session/store.rs`).
+pub(super) fn parse_hold(
+    src: &Source<'_>,
+    mb: Option<&Spanned<u64>>,
+    secs: Option<&Spanned<u64>>,
+) -> Result<(usize, Duration), ConfigError> {
+    let bounded = |v: Option<&Spanned<u64>>, key: &str, max: u64, default: u64| match v {
+        None => Ok(default),
+        Some(v) if (1..=max).contains(v.get_ref()) => Ok(*v.get_ref()),
+        Some(v) => Err(src.err(
+            v.span().start,
+            format!("{key} = {} is out of range", v.get_ref()),
+            format!("use a value from 1 to {max}"),
+        )),
+    };
+    let mb = bounded(mb, "hold_max_mb", 1024, 16)?;
+    let secs = bounded(secs, "hold_max_s", 3600, 60)?;
+    Ok(((mb as usize) << 20, Duration::from_secs(secs)))
 }
 
 /// `cipher`: which data ciphers this side offers (client) or accepts (server). `auto`
@@ -337,6 +360,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         relays,
         detours,
         kernel_copies: c.kernel_copies,
+        hold: parse_hold(src, c.hold_max_mb.as_ref(), c.hold_max_s.as_ref())?,
     })
 }
 

@@ -47,6 +47,8 @@ pub struct ClientSection {
     pub detours: Option<Spanned<u32>>,
     #[serde(default)]
     pub kernel_copies: bool,
+    pub hold_max_mb: Option<Spanned<u64>>,
+    pub hold_max_s: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +104,8 @@ pub struct ServerSection {
     pub mtu: Option<Spanned<u32>>,
     pub default_policy: Option<Spanned<String>>,
     pub cipher: Option<Spanned<String>>,
+    pub hold_max_mb: Option<Spanned<u64>>,
+    pub hold_max_s: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,8 +1,8 @@
 //! Validation of `server.toml` into `ServerSettings`.
 
 use super::client::{
-    check_ifname, parse_addr, parse_cipher, parse_detect, parse_key, parse_mtu, parse_net,
-    parse_policy,
+    check_ifname, parse_addr, parse_cipher, parse_detect, parse_hold, parse_key, parse_mtu,
+    parse_net, parse_policy,
 };
 use super::raw::ServerFile;
 use super::{relative_to, ConfigError, Source};
@@ -53,6 +53,9 @@ pub struct ServerSettings {
     pub ciphers: CipherSet,
     /// Allowed clients.
     pub peers: Vec<PeerSettings>,
+    /// Store-and-forward: most bytes held per client, and for how long, while it has no
+    /// live path.
+    pub hold: (usize, Duration),
 }
 
 /// Default control socket of the server.
@@ -126,5 +129,6 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         },
         ciphers: parse_cipher(src, s.cipher.as_ref())?,
         peers,
+        hold: parse_hold(src, s.hold_max_mb.as_ref(), s.hold_max_s.as_ref())?,
     })
 }

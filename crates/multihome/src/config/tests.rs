@@ -2,6 +2,7 @@
 
 use super::*;
 use std::path::Path;
+use std::time::Duration;
 
 const KEY: &str = "q5ZGxSCEYQ8aaUULUyOJXWKGjS6gtBg8GK62rzCGk0Q=";
 
@@ -201,4 +202,19 @@ fn kernel_copies_is_off_unless_asked() {
     assert!(!c.kernel_copies);
     let t = client_src("server = \"10.0.1.1:7000\"\nkernel_copies = true\n", LINKS);
     assert!(client(&t).unwrap().kernel_copies);
+}
+
+#[test]
+fn hold_limits_default_and_range() {
+    let c = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert_eq!(c.hold, (16 << 20, Duration::from_secs(60)));
+    let t = client_src(
+        "server = \"10.0.1.1:7000\"\nhold_max_mb = 4\nhold_max_s = 30\n",
+        LINKS,
+    );
+    assert_eq!(client(&t).unwrap().hold, (4 << 20, Duration::from_secs(30)));
+    let bad = client_src("server = \"10.0.1.1:7000\"\nhold_max_s = 0\n", LINKS);
+    let e = client(&bad).unwrap_err();
+    assert!(e.message.contains("hold_max_s = 0"), "{e}");
+    assert_eq!(e.line, 5, "{e}");
 }

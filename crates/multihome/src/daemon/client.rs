@@ -117,6 +117,8 @@ fn client_config(
             aggregate: s.aggregate,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
             kernel_copies: s.kernel_copies,
+            hold_max_bytes: s.hold.0,
+            hold_max_age: s.hold.1,
             ..SessionConfig::default()
         },
         classifier: s.classifier.clone(),

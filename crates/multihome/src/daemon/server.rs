@@ -93,6 +93,8 @@ fn server_config(s: &ServerSettings, key: multihome_proto::crypto::StaticSecret)
         session: SessionConfig {
             detect: s.detect,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
+            hold_max_bytes: s.hold.0,
+            hold_max_age: s.hold.1,
             ..SessionConfig::default()
         },
         default_policy: s.default_policy,
