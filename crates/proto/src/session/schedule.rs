@@ -282,6 +282,28 @@ pub(super) fn take_striped(
     flow_order: bool,
 ) -> Option<Striped> {
     let packet = queue.take()?;
+    Some(number_striped(
+        packet,
+        meter,
+        next_data_seq,
+        now,
+        flow,
+        metered,
+        flow_order,
+    ))
+}
+
+/// Gives a striped packet its `data_seq` and its flow's order (its predecessor's distance,
+/// or session order), and meters it for the split rule when `metered`.
+pub(super) fn number_striped(
+    packet: Arc<[u8]>,
+    meter: &mut FlowMeter,
+    next_data_seq: &mut u64,
+    now: Instant,
+    flow: Option<FlowKey>,
+    metered: bool,
+    flow_order: bool,
+) -> Striped {
     let seq = *next_data_seq;
     *next_data_seq += 1;
     let flags = DataFlags::new(Policy::Aggregate.code(), true);
@@ -296,10 +318,10 @@ pub(super) fn take_striped(
         }
         None => (flags.with_order(OrderMode::Session), 0),
     };
-    Some(Striped {
+    Striped {
         seq,
         flags,
         pred_gap,
         packet,
-    })
+    }
 }

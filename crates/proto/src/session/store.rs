@@ -395,10 +395,8 @@ impl Session {
     /// copy it onto every path, unpaced).
     fn stripe_on(&mut self, now: Instant, packet: Arc<[u8]>, path: PathId) {
         let flow = crate::policy::parse_flow(&packet).map(|(k, _)| k);
-        let mut one = crate::codel::CodelQueue::new(usize::MAX);
-        one.push(now, packet);
-        let striped = super::schedule::take_striped(
-            &mut one,
+        let s = super::schedule::number_striped(
+            packet,
             &mut self.flow_meter,
             &mut self.next_data_seq,
             now,
@@ -406,10 +404,8 @@ impl Session {
             true,
             self.cfg.flow_order,
         );
-        if let Some(s) = striped {
-            let sel = crate::sched::one(path);
-            self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), 0, s.packet);
-        }
+        let sel = crate::sched::one(path);
+        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), 0, s.packet);
     }
 
     /// Whether `path`'s pacer (and window, once the path is proven) lets `len` bytes go
