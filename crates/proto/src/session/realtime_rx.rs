@@ -67,7 +67,12 @@ impl Lateness {
 
     /// Whether a packet with raw delay `raw` and `deadline_ms` arrived late.
     pub fn is_late(&self, raw: u32, min_owd: Duration, deadline_ms: u16) -> bool {
-        self.one_way(raw, min_owd) > Duration::from_millis(u64::from(deadline_ms))
+        self.is_later_than(raw, min_owd, Duration::from_millis(u64::from(deadline_ms)))
+    }
+
+    /// Whether a packet with raw delay `raw` is past `limit` (a deadline less a guard).
+    pub fn is_later_than(&self, raw: u32, min_owd: Duration, limit: Duration) -> bool {
+        self.one_way(raw, min_owd) > limit
     }
 }
 
