@@ -55,6 +55,8 @@ def stats(ms: list[float]) -> dict:
         "median_ms": statistics.median(ms),
         "p90_ms": q[8],
         "min_ms": min(ms),
+        "max_ms": max(ms),
+        "over_1s": sum(x > 1000 for x in ms),
         "samples": len(ms),
     }
 

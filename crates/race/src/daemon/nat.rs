@@ -23,10 +23,14 @@
 //!    with the client's port kept. The data never reaches this process.
 //! 5. All refused or timed out: the held SYN is refused as in proxy mode (ECONNREFUSED).
 //!
-//! The task lingers [`LINGER`] after the decision so the winner's retransmitted SYN-ACK (the
-//! client's ACK was lost) is forwarded again and late answers are judged by the core;
-//! afterwards an answer nobody claims gets ACCEPT (a SYN-ACK: the kernel's RST; a RST: the
-//! kernel drops it), which is the same fate.
+//! After the decision the connection gives back its `max_connections` slot and lingers so the
+//! winner's retransmitted SYN-ACK (the client's ACK was lost before the gateway) is
+//! forwarded again and late answers are judged by the core — until the client's ACK has
+//! left with the winner's mark (from then on conntrack carries the connection and its
+//! answers are no longer queued), at most [`LINGER`]. An answer nobody claims gets ACCEPT
+//! (a SYN-ACK: the kernel's RST; a RST: the kernel drops it), which is the same fate.
+//! Holding the slot through a 5 s linger had capped NAT mode at `max_connections` new
+//! connections per 5 s (513 quick connections in a row: the 513th refused as busy).
 //!
 //! Invariants: every queued packet gets exactly one verdict (held ones when the core
 //! releases them, or at the end of the task); the client's SYN is never forwarded while
@@ -105,13 +109,13 @@ pub fn on_packet(sh: &Shared, p: Packet) -> Option<Packet> {
         let task = claimed.and_then(|(flow, u)| Some((nat.tasks.borrow().get(&flow)?.clone(), u)));
         match task {
             Some((tx, uplink)) => {
-                let ev = NatEvent {
+                let ev = NatEvent::Answer {
                     uplink,
                     syn_ack: seg.is_syn_ack(),
                     packet: p,
                 };
                 if let Err(mpsc::error::SendError(ev)) = tx.send(ev) {
-                    verdict(sh, ev.packet.id, Verdict::Accept, None, None);
+                    accept_unclaimed(sh, ev);
                 }
             }
             // Nobody's: the kernel answers a SYN-ACK with a RST and ignores a RST.
@@ -128,6 +132,12 @@ pub fn on_packet(sh: &Shared, p: Packet) -> Option<Packet> {
         };
         let mark = admitted_mark(sh, flow, p.mark);
         verdict(sh, p.id, Verdict::Accept, mark, None);
+        if mark.is_some() {
+            if let Some(tx) = nat.tasks.borrow().get(&flow) {
+                // A closed task has nothing left to end.
+                let _ = tx.send(NatEvent::ClientAcked);
+            }
+        }
         return None;
     }
     Some(p)
@@ -139,16 +149,103 @@ struct Held {
 }
 
 /// One NAT-mode connection: copies out, answers judged, winner handed to the kernel.
+///
+/// The gateway slot (`max_connections`) is held while racing only: once decided, the
+/// connection lingers to judge late answers — until the client's ACK has left with the
+/// winner's mark (usually one round trip), at most [`LINGER`] — and lingering connections
+/// are bounded apart, at [`LINGER_PER_SLOT`] per slot; past that a decided connection
+/// ends at once (a late answer then gets the kernel's fate, which is the same).
 pub async fn connection(sh: Rc<Shared>, flow: Flow, race: Race, syn: Vec<u8>) {
-    let _slot = Slot(sh.clone());
+    let mut slot = Some(Slot(sh.clone()));
     let (Some(nat), Some(client), Some(dst)) = (sh.nat.as_ref(), v4(flow.client), v4(flow.dst))
     else {
         return;
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     nat.tasks.borrow_mut().insert(flow, tx);
-    let keys: Vec<(SocketAddrV4, SocketAddrV4)> = sh
-        .addrs
+    let keys = register_attempts(&sh, nat, flow, client, dst);
+    let mut r = NatRace::new(race);
+    let mut held = Held {
+        syn_acks: Default::default(),
+    };
+    let mut linger: Option<Linger> = None;
+    loop {
+        act(&sh, nat, flow, &syn, &mut r, &mut held);
+        if r.race().outcome().is_some() && linger.is_none() {
+            sh.gw
+                .borrow_mut()
+                .end_race(sh.clock.now(), flow.dst.ip(), r.race());
+            drop(slot.take());
+            match Linger::begin(&sh, nat) {
+                Some(l) => linger = Some(l),
+                None => break,
+            }
+        }
+        let deadline = match &linger {
+            Some(l) => l.until,
+            None => sh.clock.deadline(r.poll_timeout()),
+        };
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(NatEvent::Answer { uplink, syn_ack, packet }) => {
+                    on_answer(&sh, flow, &mut r, &mut held, uplink, syn_ack, packet)
+                }
+                Some(NatEvent::ClientAcked) if linger.is_some() => break,
+                Some(NatEvent::ClientAcked) => {}
+                None => break,
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                if linger.is_some() {
+                    break;
+                }
+                r.on_timeout(sh.clock.now());
+            }
+        }
+    }
+    forget(&sh, nat, flow, &keys, rx, held);
+}
+
+/// Lingering connections allowed per `max_connections` slot.
+pub const LINGER_PER_SLOT: usize = 8;
+
+/// A decided connection's linger; counted in [`NatState::lingering`] while it lasts.
+struct Linger<'a> {
+    nat: &'a NatState,
+    until: tokio::time::Instant,
+}
+
+impl<'a> Linger<'a> {
+    /// `None` when too many connections linger already.
+    fn begin(sh: &Shared, nat: &'a NatState) -> Option<Linger<'a>> {
+        let cap = sh.settings.gateway.max_connections * LINGER_PER_SLOT;
+        if nat.lingering.get() >= cap {
+            return None;
+        }
+        nat.lingering.set(nat.lingering.get() + 1);
+        Some(Linger {
+            nat,
+            until: tokio::time::Instant::now() + LINGER,
+        })
+    }
+}
+
+impl Drop for Linger<'_> {
+    fn drop(&mut self) {
+        self.nat.lingering.set(self.nat.lingering.get() - 1);
+    }
+}
+
+/// Claims the answers to the SYN copies: the uplink-side 4-tuples (uplink address with the
+/// client's port, destination) name this connection.
+fn register_attempts(
+    sh: &Shared,
+    nat: &NatState,
+    flow: Flow,
+    client: SocketAddrV4,
+    dst: SocketAddrV4,
+) -> Vec<(SocketAddrV4, SocketAddrV4)> {
+    let mut attempts = nat.attempts.borrow_mut();
+    sh.addrs
         .iter()
         .enumerate()
         .filter_map(|(i, a)| match a.v4 {
@@ -156,40 +253,22 @@ pub async fn connection(sh: Rc<Shared>, flow: Flow, race: Race, syn: Vec<u8>) {
             _ => None,
         })
         .map(|(i, local)| {
-            nat.attempts
-                .borrow_mut()
-                .insert((local, dst), (flow, UplinkId(i as u8)));
+            attempts.insert((local, dst), (flow, UplinkId(i as u8)));
             (local, dst)
         })
-        .collect();
-    let mut r = NatRace::new(race);
-    let mut held = Held {
-        syn_acks: Default::default(),
-    };
-    let mut linger_until = None;
-    loop {
-        act(&sh, nat, flow, &syn, &mut r, &mut held);
-        if r.race().outcome().is_some() && linger_until.is_none() {
-            sh.gw
-                .borrow_mut()
-                .end_race(sh.clock.now(), flow.dst.ip(), r.race());
-            linger_until = Some(tokio::time::Instant::now() + LINGER);
-        }
-        let deadline = linger_until.unwrap_or_else(|| sh.clock.deadline(r.poll_timeout()));
-        tokio::select! {
-            ev = rx.recv() => match ev {
-                Some(ev) => on_event(&sh, flow, &mut r, &mut held, ev),
-                None => break,
-            },
-            _ = tokio::time::sleep_until(deadline) => {
-                if linger_until.is_some() {
-                    break;
-                }
-                r.on_timeout(sh.clock.now());
-            }
-        }
-    }
-    for k in &keys {
+        .collect()
+}
+
+/// The connection's end: its table entries go, every packet it still holds gets a verdict.
+fn forget(
+    sh: &Shared,
+    nat: &NatState,
+    flow: Flow,
+    keys: &[(SocketAddrV4, SocketAddrV4)],
+    mut rx: mpsc::UnboundedReceiver<NatEvent>,
+    mut held: Held,
+) {
+    for k in keys {
         nat.attempts.borrow_mut().remove(k);
     }
     nat.tasks.borrow_mut().remove(&flow);
@@ -197,28 +276,44 @@ pub async fn connection(sh: Rc<Shared>, flow: Flow, race: Race, syn: Vec<u8>) {
     sh.hold.borrow_mut().close(flow);
     rx.close();
     while let Ok(ev) = rx.try_recv() {
-        verdict(&sh, ev.packet.id, Verdict::Accept, None, None);
+        accept_unclaimed(sh, ev);
     }
     for p in held.syn_acks.iter_mut().filter_map(Option::take) {
-        verdict(&sh, p.id, Verdict::Accept, None, None);
+        verdict(sh, p.id, Verdict::Accept, None, None);
     }
 }
 
-fn on_event(sh: &Shared, flow: Flow, r: &mut NatRace, held: &mut Held, ev: NatEvent) {
+/// An answer nobody judges any more: ACCEPT (a SYN-ACK gets the kernel's RST, a RST is
+/// dropped by the stack).
+fn accept_unclaimed(sh: &Shared, ev: NatEvent) {
+    if let NatEvent::Answer { packet, .. } = ev {
+        verdict(sh, packet.id, Verdict::Accept, None, None);
+    }
+}
+
+fn on_answer(
+    sh: &Shared,
+    flow: Flow,
+    r: &mut NatRace,
+    held: &mut Held,
+    uplink: UplinkId,
+    syn_ack: bool,
+    packet: Packet,
+) {
     let now = sh.clock.now();
-    let id = ev.packet.id;
-    if !ev.syn_ack {
-        r.on_rst(now, ev.uplink);
+    let id = packet.id;
+    if !syn_ack {
+        r.on_rst(now, uplink);
         verdict(sh, id, Verdict::Drop, None, None);
         return;
     }
-    match r.on_syn_ack(now, ev.uplink) {
+    match r.on_syn_ack(now, uplink) {
         SynAckVerdict::Hold => {
-            if let Some(old) = held.syn_acks[ev.uplink.index()].replace(ev.packet) {
+            if let Some(old) = held.syn_acks[uplink.index()].replace(packet) {
                 verdict(sh, old.id, Verdict::Drop, None, None);
             }
         }
-        SynAckVerdict::Forward => forward(sh, flow, ev.packet),
+        SynAckVerdict::Forward => forward(sh, flow, packet),
         SynAckVerdict::Reset => verdict(sh, id, Verdict::Accept, None, None),
         SynAckVerdict::Drop => verdict(sh, id, Verdict::Drop, None, None),
     }

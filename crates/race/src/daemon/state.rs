@@ -35,15 +35,21 @@ pub struct Held {
     pub mark: u32,
 }
 
-/// A SYN-ACK or RST queued for one of a NAT-mode connection's uplink-side 4-tuples.
+/// What a NAT-mode connection's task is told.
 #[derive(Debug)]
-pub struct NatEvent {
-    /// The uplink it arrived on (the one whose address it is sent to).
-    pub uplink: UplinkId,
-    /// True for a SYN-ACK, false for a RST.
-    pub syn_ack: bool,
-    /// The queued packet (its id for the verdict, its bytes to readdress).
-    pub packet: Packet,
+pub enum NatEvent {
+    /// A SYN-ACK or RST queued for one of the connection's uplink-side 4-tuples.
+    Answer {
+        /// The uplink it arrived on (the one whose address it is sent to).
+        uplink: UplinkId,
+        /// True for a SYN-ACK, false for a RST.
+        syn_ack: bool,
+        /// The queued packet (its id for the verdict, its bytes to readdress).
+        packet: Packet,
+    },
+    /// The client's ACK of the forwarded SYN-ACK left with the winner's mark: conntrack has
+    /// the connection, nothing is left to judge.
+    ClientAcked,
 }
 
 /// NAT mode's state: raw senders, and which queued answers belong to which connection.
@@ -59,6 +65,8 @@ pub struct NatState {
     pub won: RefCell<HashMap<Flow, UplinkId>>,
     /// Connections handed to the kernel's NAT.
     pub handed: Cell<u64>,
+    /// Decided connections still judging late answers (bounded: see `nat::LINGER_PER_SLOT`).
+    pub lingering: Cell<usize>,
 }
 
 /// State shared by the connection tasks.
