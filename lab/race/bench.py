@@ -28,25 +28,16 @@ from pathlib import Path
 
 from lab.netns import Lab
 from lab.race.topology import (
-    HELLO_PORT,
     ORIGIN,
     RaceTopology,
     UplinkSpec,
-    parse_result,
-    tool_cmd_race,
 )
 from lab.results import write_result
 from lab.traffic import iperf3
 
 
 def hello(topo: RaceTopology, count: int) -> list[float]:
-    res = topo.lan.run(
-        tool_cmd_race(
-            "fetch", "hello", "--host", ORIGIN, "--port", str(HELLO_PORT), "--count", str(count)
-        ),
-        timeout=count + 60,
-    )
-    return [s * 1000 for s in parse_result(res.stdout)["seconds"]]
+    return [s * 1000 for s in topo.hello(count)]
 
 
 def stats(ms: list[float]) -> dict:

@@ -279,6 +279,14 @@ class RaceTopology:
         res = self.lan.run(cmd, timeout=timeout + 30)
         return parse_result(res.stdout)
 
+    def hello(self, count: int) -> list[float]:
+        """``count`` sequential connections from the LAN host to the one-byte server: seconds
+        from connect() to the first byte, each (a connection that fails raises)."""
+        cmd = tool_cmd_race(
+            "fetch", "hello", "--host", ORIGIN, "--port", str(HELLO_PORT), "--count", str(count)
+        )
+        return parse_result(self.lan.run(cmd, timeout=count + 60).stdout)["seconds"]
+
     def udp(self, sport: int, count: int = 3, timeout: float = 2.0) -> list[str | None]:
         """One UDP flow from the LAN host's port ``sport``: the source address the origin saw
         for each datagram (``origin_side_ip(i)`` for uplink i; None: no answer)."""

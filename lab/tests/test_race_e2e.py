@@ -225,3 +225,19 @@ def test_nat_mode_data_path_is_kernel_nat(lab: Lab, multihome_bin: Path) -> None
     assert "src=192.168.60.2" in entry and "dst=10.62.0.2" in entry, entry
     sport = entry.split("sport=")[1].split()[0]
     assert entry.count(f"port={sport}") == 2, entry
+
+
+def test_nat_mode_slots_end_with_the_race(lab: Lab, multihome_bin: Path) -> None:
+    """NAT mode hands a connection to the kernel once its race is decided, so a connection
+    holds a `max_connections` slot only while it races: with max_connections = 4, 40
+    sequential connections (each decided in well under a millisecond, 10 per slot) all
+    connect and deliver their first byte, and none is refused as busy. When a decided
+    connection kept its slot through the 5 s it lingers for late answers, the 5th was
+    refused."""
+    t = topo(lab, multihome_bin)
+    t.start_race("race", mode="nat", max_connections=4)
+    out = t.hello(40)
+    assert len(out) == 40 and max(out) < SLACK_S, out
+    st = t.status()
+    assert st["counters"]["busy_refusals"] == 0, st
+    assert st["counters"]["nat_handed"] == 40, st
