@@ -36,13 +36,15 @@ from lab.results import write_result
 from lab.traffic import iperf3
 
 
-def hello(topo: RaceTopology, count: int) -> list[float]:
-    return [s * 1000 for s in topo.hello(count)]
+def hello(topo: RaceTopology, count: int) -> list[float | None]:
+    return [None if s is None else s * 1000 for s in topo.hello(count)]
 
 
-def stats(ms: list[float]) -> dict:
+def stats(times: list[float | None]) -> dict:
+    ms = [t for t in times if t is not None]
     q = statistics.quantiles(ms, n=10)
     return {
+        "failed": len(times) - len(ms),
         "median_ms": statistics.median(ms),
         "p90_ms": q[8],
         "min_ms": min(ms),

@@ -260,17 +260,26 @@ def run_live(args: argparse.Namespace) -> None:
 
 
 def run_hello(args: argparse.Namespace) -> None:
-    """Connect, read the first byte, close; ``count`` times, one at a time."""
-    times = []
-    for _ in range(args.count):
+    """Connect, read the first byte, close; ``count`` times, one at a time. A connection
+    that fails or sends nothing within 5 s is recorded as ``null`` with its error, and the
+    next one starts: a benchmark reports its failures instead of stopping at the first."""
+    times: list[float | None] = []
+    failures = []
+    for i in range(args.count):
         t0 = time.monotonic()
-        s = connect(args.host, args.port, 5.0)
-        first = s.recv(1)
-        times.append(time.monotonic() - t0)
-        s.close()
-        if first != b"x":
-            raise SystemExit("hello server sent no byte")
-    print("RESULT " + json.dumps({"seconds": times}), flush=True)
+        try:
+            with connect(args.host, args.port, 5.0) as s:
+                port = s.getsockname()[1]
+                if s.recv(1) != b"x":
+                    raise SystemExit("hello server sent no byte")
+            times.append(time.monotonic() - t0)
+        except OSError as e:
+            times.append(None)
+            failures.append({"index": i, "error": str(e), "after_s": time.monotonic() - t0})
+            continue
+        if times[-1] > 1.0:
+            failures.append({"index": i, "port": port, "slow_s": times[-1]})
+    print("RESULT " + json.dumps({"seconds": times, "failures": failures}), flush=True)
 
 
 def run_udp(args: argparse.Namespace) -> None:

@@ -279,9 +279,9 @@ class RaceTopology:
         res = self.lan.run(cmd, timeout=timeout + 30)
         return parse_result(res.stdout)
 
-    def hello(self, count: int) -> list[float]:
+    def hello(self, count: int) -> list[float | None]:
         """``count`` sequential connections from the LAN host to the one-byte server: seconds
-        from connect() to the first byte, each (a connection that fails raises)."""
+        from connect() to the first byte, each (``None``: failed or nothing within 5 s)."""
         cmd = tool_cmd_race(
             "fetch", "hello", "--host", ORIGIN, "--port", str(HELLO_PORT), "--count", str(count)
         )
