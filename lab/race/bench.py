@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 from pathlib import Path
 
 from lab.netns import Lab
@@ -83,7 +84,10 @@ def measure_mode(topo: RaceTopology, mode: str, args: argparse.Namespace, direct
     cpu0 = cpu_seconds(pid)
     tcp = iperf3(topo.lan, topo.org, ORIGIN, cc=args.cc, seconds=args.seconds, reverse=True)
     cpu = cpu_seconds(pid) - cpu0
-    after = topo.status()["counters"]
+    # A connection's relayed bytes are counted when it ends: wait for the relay to close.
+    deadline = time.monotonic() + 5
+    while (after := topo.status()["counters"])["relaying"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     topo.stop_race()
     gbit = tcp["mbps"] * args.seconds / 1000
     return {

@@ -37,14 +37,12 @@ pub async fn relay(
         sh.settings.uplinks[uplink.index()].name
     );
     sh.relaying.set(sh.relaying.get() + 1);
-    let res = splice::relay(client, origin).await;
+    let (r, res) = splice::relay(client, origin).await;
     sh.relaying.set(sh.relaying.get() - 1);
-    match res {
-        Ok(r) => {
-            let (up, down) = sh.relayed.get();
-            sh.relayed.set((up + r.up, down + r.down));
-        }
-        Err(e) => tracing::debug!("{src} -> {dst}: relay ended: {e}"),
+    let (up, down) = sh.relayed.get();
+    sh.relayed.set((up + r.up, down + r.down));
+    if let Err(e) = res {
+        tracing::debug!("{src} -> {dst}: relay ended: {e}");
     }
 }
 

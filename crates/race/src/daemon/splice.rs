@@ -14,6 +14,7 @@
 //! TCP flow control rather than through memory in the daemon.
 
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use std::cell::Cell;
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, OwnedFd};
@@ -54,10 +55,10 @@ fn flags() -> SpliceFFlags {
     SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK
 }
 
-/// Moves bytes from `from` to `to` until EOF (then half-closes `to`) or an error.
-async fn pump(from: &TcpStream, to: &TcpStream) -> io::Result<u64> {
+/// Moves bytes from `from` to `to` until EOF (then half-closes `to`) or an error; `total`
+/// counts what was written to `to`, also when the direction ends in an error.
+async fn pump(from: &TcpStream, to: &TcpStream, total: &Cell<u64>) -> io::Result<()> {
     let pipe = Pipe::new()?;
-    let mut total = 0u64;
     loop {
         let n = loop {
             from.readable().await?;
@@ -73,7 +74,7 @@ async fn pump(from: &TcpStream, to: &TcpStream) -> io::Result<u64> {
         if n == 0 {
             // Half-close: the peer may still send the other way.
             let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
-            return Ok(total);
+            return Ok(());
         }
         let mut left = n;
         while left > 0 {
@@ -81,25 +82,34 @@ async fn pump(from: &TcpStream, to: &TcpStream) -> io::Result<u64> {
             match to.try_io(Interest::WRITABLE, || {
                 splice(&pipe.r, None, to.as_fd(), None, left, flags()).map_err(io::Error::from)
             }) {
-                Ok(m) => left -= m,
+                Ok(m) => {
+                    left -= m;
+                    total.set(total.get() + m as u64);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),
             }
         }
-        total += n as u64;
     }
 }
 
 /// Relays both directions until both have ended; on an error, resets both connections.
-pub async fn relay(client: TcpStream, origin: TcpStream) -> io::Result<Relayed> {
-    let res = tokio::try_join!(pump(&client, &origin), pump(&origin, &client));
+/// The bytes relayed are returned either way (a connection reset at its end, as bulk
+/// senders often do, still carried them).
+pub async fn relay(client: TcpStream, origin: TcpStream) -> (Relayed, io::Result<()>) {
+    let (up, down) = (Cell::new(0), Cell::new(0));
+    let res = tokio::try_join!(pump(&client, &origin, &up), pump(&origin, &client, &down));
+    let relayed = Relayed {
+        up: up.get(),
+        down: down.get(),
+    };
     match res {
-        Ok((up, down)) => Ok(Relayed { up, down }),
+        Ok(_) => (relayed, Ok(())),
         Err(e) => {
             // An RST (SO_LINGER 0) tells both ends at once that the stream is broken.
             super::attempt::reset(client);
             super::attempt::reset(origin);
-            Err(e)
+            (relayed, Err(e))
         }
     }
 }
@@ -118,14 +128,15 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(async {
+        // The daemon's runtime is one thread: the relay is not `Send`.
+        tokio::task::LocalSet::new().block_on(&rt, async {
             let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let l2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let mut client = TcpStream::connect(l1.local_addr().unwrap()).await.unwrap();
             let (client_side, _) = l1.accept().await.unwrap();
             let origin_side = TcpStream::connect(l2.local_addr().unwrap()).await.unwrap();
             let (mut origin, _) = l2.accept().await.unwrap();
-            let relay = tokio::spawn(relay(client_side, origin_side));
+            let relay = tokio::task::spawn_local(relay(client_side, origin_side));
             let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + i / 4099) as u8).collect();
             let d2 = data.clone();
             let writer = tokio::spawn(async move {
@@ -142,7 +153,8 @@ mod tests {
             origin.shutdown().await.unwrap();
             let back = writer.await.unwrap();
             assert!(back == data[..1 << 20], "downstream bytes differ");
-            let r = relay.await.unwrap().unwrap();
+            let (r, res) = relay.await.unwrap();
+            res.unwrap();
             assert_eq!(
                 r,
                 Relayed {
