@@ -153,58 +153,12 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
     let (uplinks, pins) = uplinks(src, &f.uplink)?;
     let predictor = predictor(src, r, &uplinks)?;
     let scope = scope(src, r)?;
-    let probe_target = match &r.probe_target {
-        None => None,
-        Some(p) => Some(p.get_ref().parse::<SocketAddr>().map_err(|_| {
-            src.err(
-                p.span().start,
-                format!("probe_target `{}` is not ADDRESS:PORT", p.get_ref()),
-                "e.g. \"192.0.2.1:443\" (a server that answers TCP handshakes)",
-            )
-        })?),
-    };
-    let probe_interval = r.probe_interval_ms.as_ref().map_or(1000, |v| *v.get_ref());
-    if probe_interval < 10 {
-        let at = r.probe_interval_ms.as_ref().map_or(0, |v| v.span().start);
-        return Err(src.err(
-            at,
-            "probe_interval_ms below 10",
-            "probe at most every 10 ms",
-        ));
-    }
-    if matches!(predictor, PredictorConfig::Probe) && probe_target.is_none() {
-        return Err(src.err(
-            r.predictor.span().start,
-            "predictor \"probe\" needs probe_target",
-            "add probe_target = \"ADDRESS:PORT\" to [race]",
-        ));
-    }
-    let connect_timeout = r
-        .connect_timeout_ms
-        .as_ref()
-        .map_or(10_000, |v| *v.get_ref());
-    if !(100..=600_000).contains(&connect_timeout) {
-        let at = r.connect_timeout_ms.as_ref().map_or(0, |v| v.span().start);
-        return Err(src.err(
-            at,
-            format!("connect_timeout_ms {connect_timeout} out of range"),
-            "use 100 to 600000",
-        ));
-    }
-    let max_connections = r.max_connections.as_ref().map_or(512, |v| *v.get_ref());
-    if !(1..=100_000).contains(&max_connections) {
-        let at = r.max_connections.as_ref().map_or(0, |v| v.span().start);
-        return Err(src.err(at, "max_connections out of range", "use 1 to 100000"));
-    }
-    let table_base = r.table_base.as_ref().map_or(7070, |v| *v.get_ref());
-    if !(1..=0x7fff_0000).contains(&table_base) || (253..=255).contains(&table_base) {
-        let at = r.table_base.as_ref().map_or(0, |v| v.span().start);
-        return Err(src.err(
-            at,
-            "table_base collides with a reserved routing table",
-            "pick e.g. 7070",
-        ));
-    }
+    let (probe_target, probe_interval) = probe(src, r, &predictor)?;
+    let Limits {
+        connect_timeout,
+        max_connections,
+        table_base,
+    } = limits(src, r)?;
     check_lan_interfaces(src, r)?;
     let mode = mode(src, r)?;
     let gateway = GatewayConfig {
@@ -236,6 +190,82 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
         table_base,
         control_socket: PathBuf::from(r.control_socket.as_deref().unwrap_or(DEFAULT_RACE_SOCKET)),
         seed: r.seed,
+    })
+}
+
+/// `probe_target` and `probe_interval_ms` (the probe predictor needs a target).
+fn probe(
+    src: &Source<'_>,
+    r: &RaceSection,
+    predictor: &PredictorConfig,
+) -> Result<(Option<SocketAddr>, u64), ConfigError> {
+    let probe_target = match &r.probe_target {
+        None => None,
+        Some(p) => Some(p.get_ref().parse::<SocketAddr>().map_err(|_| {
+            src.err(
+                p.span().start,
+                format!("probe_target `{}` is not ADDRESS:PORT", p.get_ref()),
+                "e.g. \"192.0.2.1:443\" (a server that answers TCP handshakes)",
+            )
+        })?),
+    };
+    let probe_interval = r.probe_interval_ms.as_ref().map_or(1000, |v| *v.get_ref());
+    if probe_interval < 10 {
+        let at = r.probe_interval_ms.as_ref().map_or(0, |v| v.span().start);
+        return Err(src.err(
+            at,
+            "probe_interval_ms below 10",
+            "probe at most every 10 ms",
+        ));
+    }
+    if matches!(predictor, PredictorConfig::Probe) && probe_target.is_none() {
+        return Err(src.err(
+            r.predictor.span().start,
+            "predictor \"probe\" needs probe_target",
+            "add probe_target = \"ADDRESS:PORT\" to [race]",
+        ));
+    }
+    Ok((probe_target, probe_interval))
+}
+
+/// The gateway's numeric limits, checked.
+struct Limits {
+    connect_timeout: u64,
+    max_connections: usize,
+    table_base: u32,
+}
+
+fn limits(src: &Source<'_>, r: &RaceSection) -> Result<Limits, ConfigError> {
+    let connect_timeout = r
+        .connect_timeout_ms
+        .as_ref()
+        .map_or(10_000, |v| *v.get_ref());
+    if !(100..=600_000).contains(&connect_timeout) {
+        let at = r.connect_timeout_ms.as_ref().map_or(0, |v| v.span().start);
+        return Err(src.err(
+            at,
+            format!("connect_timeout_ms {connect_timeout} out of range"),
+            "use 100 to 600000",
+        ));
+    }
+    let max_connections = r.max_connections.as_ref().map_or(512, |v| *v.get_ref());
+    if !(1..=100_000).contains(&max_connections) {
+        let at = r.max_connections.as_ref().map_or(0, |v| v.span().start);
+        return Err(src.err(at, "max_connections out of range", "use 1 to 100000"));
+    }
+    let table_base = r.table_base.as_ref().map_or(7070, |v| *v.get_ref());
+    if !(1..=0x7fff_0000).contains(&table_base) || (253..=255).contains(&table_base) {
+        let at = r.table_base.as_ref().map_or(0, |v| v.span().start);
+        return Err(src.err(
+            at,
+            "table_base collides with a reserved routing table",
+            "pick e.g. 7070",
+        ));
+    }
+    Ok(Limits {
+        connect_timeout,
+        max_connections,
+        table_base,
     })
 }
 
@@ -370,71 +400,8 @@ fn predictor(
     let at = r.predictor.span().start;
     Ok(match r.predictor.get_ref().as_str() {
         "race" => PredictorConfig::Race,
-        "avmet" => {
-            let (mut alpha, mut delay) = match r
-                .avmet_profile
-                .as_ref()
-                .map(|p| (p.get_ref().as_str(), p.span().start))
-            {
-                None | Some(("wired", _)) => (
-                    crate::core::avmet::WIRED_ALPHA,
-                    crate::core::avmet::WIRED_DELAY_MS,
-                ),
-                Some(("wireless", _)) => (
-                    crate::core::avmet::WIRELESS_ALPHA,
-                    crate::core::avmet::WIRELESS_DELAY_MS,
-                ),
-                Some((other, at)) => {
-                    return Err(src.err(
-                        at,
-                        format!("unknown avmet_profile `{other}`"),
-                        "use \"wired\" or \"wireless\"",
-                    ))
-                }
-            };
-            if let Some(a) = &r.avmet_alpha {
-                if !(0.0..1.0).contains(a.get_ref()) {
-                    return Err(src.err(
-                        a.span().start,
-                        format!("avmet_alpha {} is outside [0, 1)", a.get_ref()),
-                        "0.99 remembers ~100 connections, 0.999 ~1000",
-                    ));
-                }
-                alpha = *a.get_ref();
-            }
-            if let Some(d) = r.avmet_delay_ms {
-                delay = d;
-            }
-            PredictorConfig::AvMet {
-                alpha,
-                delay: ms(delay),
-            }
-        }
-        "static" => {
-            let Some(name) = &r.static_uplink else {
-                return Err(src.err(
-                    at,
-                    "predictor \"static\" needs static_uplink",
-                    "add static_uplink = \"NAME\" naming an [[uplink]]",
-                ));
-            };
-            let i = uplinks
-                .iter()
-                .position(|u| &u.name == name.get_ref())
-                .ok_or_else(|| {
-                    src.err(
-                        name.span().start,
-                        format!(
-                            "static_uplink `{}` is not an [[uplink]] name",
-                            name.get_ref()
-                        ),
-                        "use one of the uplink names",
-                    )
-                })?;
-            PredictorConfig::Static {
-                uplink: UplinkId(i as u8),
-            }
-        }
+        "avmet" => avmet(src, r)?,
+        "static" => static_uplink(src, r, uplinks)?,
         "probe" => PredictorConfig::Probe,
         "stagger" => PredictorConfig::Stagger {
             delay: ms(r.stagger_delay_ms.unwrap_or(250)),
@@ -446,6 +413,74 @@ fn predictor(
                 "use race, avmet, static, probe or stagger",
             ))
         }
+    })
+}
+
+/// AvMet's α and delay: a profile's, overridden by `avmet_alpha` / `avmet_delay_ms`.
+fn avmet(src: &Source<'_>, r: &RaceSection) -> Result<PredictorConfig, ConfigError> {
+    use crate::core::avmet::{WIRED_ALPHA, WIRED_DELAY_MS, WIRELESS_ALPHA, WIRELESS_DELAY_MS};
+    let profile = r
+        .avmet_profile
+        .as_ref()
+        .map(|p| (p.get_ref().as_str(), p.span().start));
+    let (mut alpha, mut delay) = match profile {
+        None | Some(("wired", _)) => (WIRED_ALPHA, WIRED_DELAY_MS),
+        Some(("wireless", _)) => (WIRELESS_ALPHA, WIRELESS_DELAY_MS),
+        Some((other, at)) => {
+            return Err(src.err(
+                at,
+                format!("unknown avmet_profile `{other}`"),
+                "use \"wired\" or \"wireless\"",
+            ))
+        }
+    };
+    if let Some(a) = &r.avmet_alpha {
+        if !(0.0..1.0).contains(a.get_ref()) {
+            return Err(src.err(
+                a.span().start,
+                format!("avmet_alpha {} is outside [0, 1)", a.get_ref()),
+                "0.99 remembers ~100 connections, 0.999 ~1000",
+            ));
+        }
+        alpha = *a.get_ref();
+    }
+    if let Some(d) = r.avmet_delay_ms {
+        delay = d;
+    }
+    Ok(PredictorConfig::AvMet {
+        alpha,
+        delay: ms(delay),
+    })
+}
+
+/// The static predictor's uplink, named by `static_uplink`.
+fn static_uplink(
+    src: &Source<'_>,
+    r: &RaceSection,
+    uplinks: &[UplinkSettings],
+) -> Result<PredictorConfig, ConfigError> {
+    let Some(name) = &r.static_uplink else {
+        return Err(src.err(
+            r.predictor.span().start,
+            "predictor \"static\" needs static_uplink",
+            "add static_uplink = \"NAME\" naming an [[uplink]]",
+        ));
+    };
+    let i = uplinks
+        .iter()
+        .position(|u| &u.name == name.get_ref())
+        .ok_or_else(|| {
+            src.err(
+                name.span().start,
+                format!(
+                    "static_uplink `{}` is not an [[uplink]] name",
+                    name.get_ref()
+                ),
+                "use one of the uplink names",
+            )
+        })?;
+    Ok(PredictorConfig::Static {
+        uplink: UplinkId(i as u8),
     })
 }
 
