@@ -89,9 +89,90 @@ fn threads(jobs: Option<usize>) {
     }
 }
 
+/// What `run` is asked for: the scenario file, where results go, and which runs of it.
+struct RunArgs {
+    file: PathBuf,
+    out: PathBuf,
+    point: Option<String>,
+    seed: Option<u64>,
+    shard: Option<sweep::Shard>,
+}
+
+fn run(a: RunArgs) -> ExitCode {
+    let started = Instant::now();
+    let runs = match sweep::load(&a.file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{}: {e}", a.file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let runs: Vec<_> = sweep::select(runs, a.shard)
+        .into_iter()
+        .filter(|r| a.point.as_ref().is_none_or(|p| *p == r.point_id))
+        .filter(|r| a.seed.is_none_or(|s| s == r.seed))
+        .collect();
+    if runs.is_empty() {
+        eprintln!("no run matches");
+        return ExitCode::from(2);
+    }
+    let name = runs[0].scenario.name.clone();
+    let base = a
+        .file
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_owned();
+    eprintln!(
+        "{name}: {} runs on {} threads",
+        runs.len(),
+        rayon::current_num_threads()
+    );
+    let outcomes = runner::run_all(runs, &base);
+    let dir = a.out.join(&name);
+    match runner::write_results(&dir, &outcomes, a.shard, &a.file, started) {
+        Ok(0) => {
+            eprintln!(
+                "{name}: done in {:.1} s -> {}",
+                started.elapsed().as_secs_f64(),
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(n) => {
+            eprintln!("{name}: {n} of {} runs failed", outcomes.len());
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_bench(p: bench::BenchParams, out: &std::path::Path) -> ExitCode {
+    let r = match bench::run(p) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench failed (seed {}): {e}", p.seed);
+            return ExitCode::from(1);
+        }
+    };
+    let json = serde_json::to_string_pretty(&r).expect("plain data serialises");
+    println!("{json}");
+    let name = format!(
+        "{}_{}x{}x{}s_cps{}.json",
+        r.git_revision, p.sessions, p.links, p.seconds, p.clients_per_server
+    );
+    let path = out.join(name);
+    if let Err(e) = std::fs::create_dir_all(out).and_then(|()| std::fs::write(&path, json + "\n")) {
+        eprintln!("cannot write {}: {e}", path.display());
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.cmd {
+    match Cli::parse().cmd {
         Cmd::Run {
             file,
             out,
@@ -101,53 +182,13 @@ fn main() -> ExitCode {
             jobs,
         } => {
             threads(jobs);
-            let started = Instant::now();
-            let runs = match sweep::load(&file) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("{}: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let runs: Vec<_> = sweep::select(runs, shard)
-                .into_iter()
-                .filter(|r| point.as_ref().is_none_or(|p| *p == r.point_id))
-                .filter(|r| seed.is_none_or(|s| s == r.seed))
-                .collect();
-            if runs.is_empty() {
-                eprintln!("no run matches");
-                return ExitCode::from(2);
-            }
-            let name = runs[0].scenario.name.clone();
-            let base = file
-                .parent()
-                .unwrap_or(std::path::Path::new("."))
-                .to_owned();
-            eprintln!(
-                "{name}: {} runs on {} threads",
-                runs.len(),
-                rayon::current_num_threads()
-            );
-            let outcomes = runner::run_all(runs, &base);
-            let dir = out.join(&name);
-            match runner::write_results(&dir, &outcomes, shard, &file, started) {
-                Ok(0) => {
-                    eprintln!(
-                        "{name}: done in {:.1} s -> {}",
-                        started.elapsed().as_secs_f64(),
-                        dir.display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Ok(n) => {
-                    eprintln!("{name}: {n} of {} runs failed", outcomes.len());
-                    ExitCode::from(1)
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(1)
-                }
-            }
+            run(RunArgs {
+                file,
+                out,
+                point,
+                seed,
+                shard,
+            })
         }
         Cmd::Bench {
             sessions,
@@ -169,28 +210,7 @@ fn main() -> ExitCode {
                 clients_per_server,
                 seed: 1,
             };
-            match bench::run(p) {
-                Ok(r) => {
-                    let json = serde_json::to_string_pretty(&r).expect("plain data serialises");
-                    println!("{json}");
-                    let name = format!(
-                        "{}_{}x{}x{}s_cps{}.json",
-                        r.git_revision, sessions, links, seconds, clients_per_server
-                    );
-                    let path = out.join(name);
-                    if let Err(e) = std::fs::create_dir_all(&out)
-                        .and_then(|()| std::fs::write(&path, json + "\n"))
-                    {
-                        eprintln!("cannot write {}: {e}", path.display());
-                        return ExitCode::from(1);
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("bench failed (seed 1): {e}");
-                    ExitCode::from(1)
-                }
-            }
+            run_bench(p, &out)
         }
     }
 }
