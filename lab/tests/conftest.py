@@ -3,8 +3,8 @@
 Invariants: every test that touches the network gets a fresh :class:`Lab` whose namespaces and
 processes are gone after the test, pass or fail; on failure the daemon and tool logs are
 attached to the report. Tests never skip for lack of root or binary — CI must run them — so a
-missing binary is built with ``cargo build --release -p multihome`` (or ``-p linkem``, ``-p voipgen``) once per
-session.
+missing binary is built with ``cargo build --release -p multihome`` (or ``-p linkem``,
+``-p voipgen``) once per session.
 """
 
 from __future__ import annotations
