@@ -61,16 +61,18 @@ def voip_calls(
     port: int = 5004,
     binary: Path | None = None,
     tag: str = "",
+    prefix: list[str] | None = None,
 ) -> VoipResult:
-    """``streams`` full-duplex streams of ``count`` packets each way, near -> far_addr."""
-    exe = str(binary or voipgen_binary())
+    """``streams`` full-duplex streams of ``count`` packets each way, near -> far_addr;
+    ``prefix`` goes before both commands (e.g. ``taskset -c 1``)."""
+    exe = [*(prefix or []), str(binary or voipgen_binary())]
     common = ["--count", str(count), "--pps", str(PPS), "--size", str(SIZE)]
     answer = far.spawn(
-        [exe, "answer", "--bind", f"0.0.0.0:{port}", "--idle", "2", *common], f"voip-ans{tag}"
+        [*exe, "answer", "--bind", f"0.0.0.0:{port}", "--idle", "2", *common], f"voip-ans{tag}"
     )
     wait_listening(answer)
     call = near.spawn(
-        [exe, "call", "--to", f"{far_addr}:{port}", "--streams", str(streams), *common],
+        [*exe, "call", "--to", f"{far_addr}:{port}", "--streams", str(streams), *common],
         f"voip-call{tag}",
     )
     timeout = count / PPS + 30
