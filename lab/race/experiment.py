@@ -1,19 +1,20 @@
-"""The seed's evaluation reproduced on emulated links (``python -m lab.race.experiment``).
+"""The thesis's evaluation reproduced on emulated links (``python -m lab.race.experiment``).
 
 Role: for each configuration — wired+wired (low Bernoulli loss), wireless+wireless
 (Gilbert-Elliott bursty loss on both, one uplink better on average), wired+wireless — build
 the race topology with ``linkem`` on both access links, fetch a few thousand objects over every
-uplink (the dataset), evaluate the predictors offline (:mod:`lab.race.evaluate`) and, with
-``--live``, run the same predictors in ``multihome race`` on wireless+wireless with the LAN host
-fetching through the gateway, for p50/p95/p99 side by side. Writes
-``bench/results/race-eval-<config>.json`` with a CDF-tail plot (``.png``) and the
-dataset the offline evaluation replayed (``-dataset.jsonl.gz``); the live figures are in the
-wireless+wireless result.
+uplink (the dataset), evaluate the predictors offline (:mod:`lab.race.evaluate`: CDF tails,
+availability, uplink shares) and, with ``--live``, run race, avmet, static, probe and stagger
+in ``multihome race`` on wireless+wireless with the LAN host fetching through the gateway, each
+on a fresh topology. Writes ``bench/results/race-eval-<config>.json`` with a CDF-tail plot
+(``.png``) and the dataset the offline evaluation replayed (``-dataset.jsonl.gz``).
+:func:`run` and :func:`finish` are the machinery :mod:`lab.race.traces` reuses for its
+real-trace configurations (and uploads).
 
 Uplink 0 is always the *worse* one, so a predictor that only trusts its initial tie (ties go
 to uplink 0) is visibly wrong; AvMet has to learn. The datasets are about 1500 objects, not the
-seed's 50 000, so AvMet's α is 0.99 (≈ 100 connections of memory) in every configuration; the
-delay D keeps the seed's values (100 ms wired, 4.5 s wireless).
+thesis's 50 000, so AvMet's α is 0.99 (≈ 100 connections of memory) in every configuration;
+the delay D keeps the thesis's values (100 ms wired, 4.5 s wireless).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,8 +134,9 @@ class Run:
     notes: dict = field(default_factory=dict)
     # More predictor configurations replayed offline only (name: [race] keys).
     extra_predictors: dict = field(default_factory=dict)
-    # Judges a result before it is written (its answer is stored under "bars").
-    checks: Callable[[dict], dict] | None = None
+    # Judges a result before it is written, given the dataset file and the predictors
+    # replayed; the keys it returns are added to the result.
+    checks: Callable[[dict, Path, dict], dict] | None = None
 
 
 def live(specs: list[UplinkSpec], best: str, cfg: Run, binary: Path) -> dict:
@@ -176,8 +179,6 @@ def run(name: str, cfg: Run, *, with_live: bool) -> dict:
     writes ``bench/results/race-eval-<name>.json`` with its plot and dataset; returns the
     result."""
     binary = multihome_binary()
-    names = [s.name for s in cfg.specs]
-    what = "upload" if cfg.upload else "download"
     with Lab() as lab:
         topo = RaceTopology(lab, cfg.specs, binary=binary)
         topo.start_origin()
@@ -185,26 +186,50 @@ def run(name: str, cfg: Run, *, with_live: bool) -> dict:
         t0 = time.monotonic()
         collected = collect(topo, dataset, cfg.count, cfg.rate, seed=3, upload=cfg.upload)
         print(f"{name}: dataset {collected} in {time.monotonic() - t0:.0f} s", flush=True)
-        preds = {**predictors(cfg.delay_ms, cfg.alpha), **cfg.extra_predictors}
-        curves, choices = evaluate(binary, dataset, names, preds, lab.dir)
         text = dataset.read_text()
-    results = {k: {**summary(v), "shares": shares(choices[k], names)} for k, v in curves.items()}
-    best = next(k for k in curves if k.startswith("static best"))[13:-1]
-    live_results = live(cfg.specs, best, cfg, binary) if with_live else None
-    data = {
-        "bench": "race-eval",
-        "config": name,
-        "direction": what,
-        "links": {s.name: _public(s.linkem) for s in cfg.specs},
-        "objects": cfg.count,
-        "rate_per_s": cfg.rate,
-        "avmet": {"alpha": cfg.alpha, "delay_ms": cfg.delay_ms},
-        "notes": cfg.notes,
-        "offline": results,
-        "live": live_results,
-    }
-    if cfg.checks is not None:
-        data["bars"] = cfg.checks(data)
+    return finish(name, cfg, text, live_of=lambda best: live(cfg.specs, best, cfg, binary))
+
+
+def finish(
+    name: str,
+    cfg: Run,
+    text: str,
+    *,
+    live_of: Callable[[str], dict] | None = None,
+    live_results: dict | None = None,
+    live_revision: str | None = None,
+) -> dict:
+    """Offline evaluation of the dataset ``text``, the live runs (``live_of(static best)``,
+    or earlier ``live_results`` from ``live_revision``), checks, result file, plot, dataset."""
+    binary = multihome_binary()
+    names = [s.name for s in cfg.specs]
+    what = "upload" if cfg.upload else "download"
+    with tempfile.TemporaryDirectory(prefix="race-eval-") as tmp:
+        dataset = Path(tmp) / f"{name}.jsonl"
+        dataset.write_text(text)
+        preds = {**predictors(cfg.delay_ms, cfg.alpha), **cfg.extra_predictors}
+        curves, choices = evaluate(binary, dataset, names, preds, Path(tmp))
+        results = {
+            k: {**summary(v), "shares": shares(choices[k], names)} for k, v in curves.items()
+        }
+        best = next(k for k in curves if k.startswith("static best"))[13:-1]
+        if live_of is not None:
+            live_results = live_of(best)
+        data = {
+            "bench": "race-eval",
+            "config": name,
+            "direction": what,
+            "links": {s.name: _public(s.linkem) for s in cfg.specs},
+            "objects": cfg.count,
+            "rate_per_s": cfg.rate,
+            "avmet": {"alpha": cfg.alpha, "delay_ms": cfg.delay_ms},
+            "notes": cfg.notes,
+            "offline": results,
+            "live": live_results,
+            **({"live_revision": live_revision} if live_revision else {}),
+        }
+        if cfg.checks is not None:
+            data |= cfg.checks(data, dataset, preds)
     path = write_result(f"race-eval-{name}", data)
     title = f"{name}: upper 10 % of the {what}-time CDF"
     plot(curves, title, path.with_suffix(".png"), xlabel=f"{what} time (s)")

@@ -13,7 +13,8 @@ Role, by subcommand:
 * ``dataset --upload`` / ``live --upload``: the same with uploads (the thesis's §4.5.3): each
   object is POSTed to the origin (sizes from :func:`upload_sizes`), timed until the origin
   confirmed every byte.
-* ``get``: one download, optionally hashed (sha256), printing ``RESULT {json}``.
+* ``get``: one download, optionally hashed (sha256), or one upload (``--upload-bytes``),
+  printing ``RESULT {json}``.
 * ``hello``: time ``count`` connections to a one-byte server up to the first byte.
 * ``udp``: one UDP flow (from ``--sport``): ``count`` datagrams to the origin's UDP server,
   printing the source address the origin saw for each (which uplink carried the flow).
@@ -372,6 +373,7 @@ def main() -> None:
         p.add_argument(
             "--upload", action="store_true", help="POST the objects instead (dataset, live)"
         )
+        p.add_argument("--upload-bytes", type=int, default=0, help="get: POST this many bytes")
     args = parser.parse_args()
     if args.cmd == "dataset":
         run_dataset(args)
@@ -389,6 +391,7 @@ def main() -> None:
             timeout=args.timeout,
             digest=args.sha256,
             tos=args.tos,
+            upload=args.upload_bytes,
         )
         print("RESULT " + json.dumps(res), flush=True)
 

@@ -32,6 +32,12 @@ the thesis's wireless 4.5 s is 1.5 × the 3 s initial SYN timeout of its day ("t
 on the primary link before switching"); Linux's is 1 s. Also replayed offline: AvMet with the
 thesis's wired D = 100 ms (``avmet-100ms``).
 
+The issue's pass bars (:func:`bars`) are judged into each result (``bars``), for the three
+uplinks and for every pair of them replayed alone from the same dataset (``pairs``: a pair of
+comparable quality is the case the AvMet bars are about). ``--replay-only`` re-evaluates the
+committed datasets with this revision's predictors, keeping the committed live figures (and
+the revision that ran them).
+
 Traces are read in place from ``$MULTIHOME_DATA``, else ``shared/data`` beside the
 repository; a missing file makes the configuration unavailable (:class:`TracesUnavailable`),
 and converted traces live in the lab's temporary folder only.
@@ -41,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import itertools
 import json
 import math
 import statistics
@@ -50,8 +58,11 @@ from pathlib import Path
 
 from lab.bench.aggregate_traces import DATA_DIR, TracesUnavailable, mean_mbit, read_trace
 from lab.bench.aggregate_traces import to_mahimahi as bytes_to_mahimahi
-from lab.race.experiment import Run, run
+from lab.race.evaluate import evaluate, shares, summary
+from lab.race.experiment import Run, finish, run
 from lab.race.topology import UplinkSpec
+from lab.results import RESULTS_DIR
+from lab.topology import multihome_binary
 
 MAHIMAHI = DATA_DIR / "mahimahi"
 GOPHERS = DATA_DIR / "5gophers"
@@ -168,7 +179,7 @@ def configs(out: Path) -> dict[str, Run]:
     def mk(links: list, **kw: object) -> Run:
         notes = {"uplinks": {s.name: n for s, n in links}}
         specs = [s for s, _ in links]
-        return Run(specs, 1500, notes=notes, extra_predictors=alt, checks=bars, **kw)
+        return Run(specs, 1500, notes=notes, extra_predictors=alt, checks=checks, **kw)
 
     down = {"count": 1000, "rate": 6.0, "live_count": 300}
     up = {"upload": True, "count": 500, "rate": 2.0, "live_count": 150}
@@ -194,28 +205,84 @@ def comparable(offline: dict, names: list[str], factor: float = 2.0) -> bool:
     return max(p95) <= factor * min(p95) and max(av) - min(av) <= 0.01
 
 
-def bars(result: dict) -> dict:
-    """The issue's pass bars on one result's offline figures (AvMet's bars count only on
-    uplinks of comparable quality, :func:`comparable`)."""
-    off = result["offline"]
-    names = list(result["links"])
-    best = next(k for k in off if k.startswith("static best"))
-    p95 = {k: v["p95_s"] or math.inf for k, v in off.items()}
-    singles = [off[f"link {n}"]["availability"] for n in names]
+def bars(offline: dict, names: list[str]) -> dict:
+    """The issue's pass bars on offline figures. AvMet's count only on uplinks of comparable
+    quality (:func:`comparable`); "stagger within 10 % of avmet" is read one-sided (stagger
+    no worse than 1.1 × avmet's p95: the issue's concern was stagger locking onto a bad
+    uplink). Availability is the thesis's (fetched within 10 s, 180 s); 2 s is reported too."""
+    best = next(k for k in offline if k.startswith("static best"))
+    p95 = {k: v["p95_s"] or math.inf for k, v in offline.items()}
+    singles = [offline[f"link {n}"]["availability"] for n in names]
     best_single = {w: max(a[w] for a in singles) for w in ("2s", "10s", "180s")}
-    avail = {
-        k: all(off[k]["availability"][w] >= v for w, v in best_single.items())
-        for k in ("race", "avmet", "probe", "stagger")
-    }
+    preds = ("race", "avmet", "probe", "stagger")
+
+    def avail(windows: tuple[str, ...]) -> dict:
+        return {
+            k: all(offline[k]["availability"][w] >= best_single[w] for w in windows) for k in preds
+        }
+
     return {
-        "comparable_uplinks": comparable(off, names),
+        "comparable_uplinks": comparable(offline, names),
         "avmet_p95_le_static_best": p95["avmet"] <= p95[best],
         "avmet_p95_le_race": p95["avmet"] <= p95["race"],
-        "stagger_p95_within_10pct_of_avmet": abs(p95["stagger"] - p95["avmet"])
-        <= 0.10 * p95["avmet"],
-        "availability_ge_best_single": avail,
+        "stagger_p95_le_1.1_avmet": p95["stagger"] <= 1.10 * p95["avmet"],
+        "stagger_over_avmet_p95": round(p95["stagger"] / p95["avmet"], 3),
+        "availability_ge_best_single": avail(("10s", "180s")),
+        "availability_2s_ge_best_single": avail(("2s",)),
         "best_single_availability": best_single,
     }
+
+
+def sub_dataset(text: str, keep: list[int]) -> str:
+    """The dataset restricted to uplinks ``keep`` (renumbered in that order): what fetching
+    over only those uplinks would have recorded (each uplink is its own emulated link)."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if "probe" in row:
+            if row["probe"] not in keep:
+                continue
+            row["probe"] = keep.index(row["probe"])
+        else:
+            row["links"] = [row["links"][i] for i in keep]
+        out.append(json.dumps(row))
+    return "\n".join(out) + "\n"
+
+
+def pairs(dataset: Path, names: list[str], preds: dict) -> list[dict]:
+    """Every pair of uplinks replayed on its own, with its bars: the cases of comparable
+    quality a three-uplink configuration contains."""
+    text = dataset.read_text()
+    out = []
+    for i, j in itertools.combinations(range(len(names)), 2):
+        pair = [names[i], names[j]]
+        sub = dataset.parent / f"pair-{i}{j}.jsonl"
+        sub.write_text(sub_dataset(text, [i, j]))
+        curves, choices = evaluate(multihome_binary(), sub, pair, preds, dataset.parent)
+        off = {k: {**summary(v), "shares": shares(choices[k], pair)} for k, v in curves.items()}
+        out.append({"uplinks": pair, "bars": bars(off, pair), "offline": off})
+    return out
+
+
+def checks(data: dict, dataset: Path, preds: dict) -> dict:
+    names = list(data["links"])
+    return {"bars": bars(data["offline"], names), "pairs": pairs(dataset, names, preds)}
+
+
+LIVE = ("cellular", "cellular-upload")
+
+
+def replay_only(name: str, cfg: Run) -> dict:
+    """The committed dataset of ``name`` replayed again by this revision's predictors; the
+    live figures are kept from the committed result, with the revision that ran them."""
+    old = json.loads((RESULTS_DIR / f"race-eval-{name}.json").read_text())
+    gz = RESULTS_DIR / f"race-eval-{name}-dataset.jsonl.gz"
+    with gzip.open(gz, "rt") as f:
+        text = f.read()
+    rev = old.get("live_revision") or old["revision"]
+    return finish(name, cfg, text, live_results=old.get("live"), live_revision=rev)
 
 
 def main() -> None:
@@ -224,6 +291,11 @@ def main() -> None:
     parser.add_argument("--no-live", action="store_true", help="skip the live runs")
     parser.add_argument("--count", type=int, help="objects per dataset (a short trial run)")
     parser.add_argument("--live-count", type=int, help="objects per live run")
+    parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="re-evaluate the committed datasets offline (keeps their live figures)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="race-traces-") as tmp:
         cfgs = configs(Path(tmp))
@@ -233,8 +305,13 @@ def main() -> None:
             cfg.count = args.count or cfg.count
             cfg.live_count = args.live_count or cfg.live_count
             t0 = time.monotonic()
-            result = run(name, cfg, with_live=name in LIVE and not args.no_live)
-            print(f"{name}: {time.monotonic() - t0:.0f} s; bars {json.dumps(bars(result))}")
+            if args.replay_only:
+                result = replay_only(name, cfg)
+            else:
+                result = run(name, cfg, with_live=name in LIVE and not args.no_live)
+            print(f"{name}: {time.monotonic() - t0:.0f} s; bars {json.dumps(result['bars'])}")
+            for pr in result["pairs"]:
+                print(f"  pair {pr['uplinks']}: {json.dumps(pr['bars'])}")
 
 
 if __name__ == "__main__":
