@@ -198,6 +198,7 @@ def finish(
     live_of: Callable[[str], dict] | None = None,
     live_results: dict | None = None,
     live_revision: str | None = None,
+    write_dataset: bool = True,
 ) -> dict:
     """Offline evaluation of the dataset ``text``, the live runs (``live_of(static best)``,
     or earlier ``live_results`` from ``live_revision``), checks, result file, plot, dataset."""
@@ -233,8 +234,9 @@ def finish(
     path = write_result(f"race-eval-{name}", data)
     title = f"{name}: upper 10 % of the {what}-time CDF"
     plot(curves, title, path.with_suffix(".png"), xlabel=f"{what} time (s)")
-    with gzip.open(path.parent / f"{path.stem}-dataset.jsonl.gz", "wt") as f:
-        f.write(text)
+    if write_dataset:
+        with gzip.open(path.parent / f"{path.stem}-dataset.jsonl.gz", "wt") as f:
+            f.write(text)
     print(f"wrote {path}")
     print_table(results, live_results)
     return data

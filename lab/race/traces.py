@@ -282,7 +282,9 @@ def replay_only(name: str, cfg: Run) -> dict:
     with gzip.open(gz, "rt") as f:
         text = f.read()
     rev = old.get("live_revision") or old["revision"]
-    return finish(name, cfg, text, live_results=old.get("live"), live_revision=rev)
+    return finish(
+        name, cfg, text, live_results=old.get("live"), live_revision=rev, write_dataset=False
+    )
 
 
 def main() -> None:
