@@ -187,7 +187,8 @@ def run(name: str, cfg: Run, *, with_live: bool) -> dict:
         collected = collect(topo, dataset, cfg.count, cfg.rate, seed=3, upload=cfg.upload)
         print(f"{name}: dataset {collected} in {time.monotonic() - t0:.0f} s", flush=True)
         text = dataset.read_text()
-    return finish(name, cfg, text, live_of=lambda best: live(cfg.specs, best, cfg, binary))
+    live_of = (lambda best: live(cfg.specs, best, cfg, binary)) if with_live else None
+    return finish(name, cfg, text, live_of=live_of)
 
 
 def finish(
