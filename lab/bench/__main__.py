@@ -5,7 +5,9 @@ Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTC
 mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``aggregate`` (one TCP
 flow over unequal links and trace pairs: goodput against the summed rate, RTT, reorder; issue
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
-issue 6), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+issue 6), ``realtime-media`` (a video call + voice with a 150 ms deadline over lossy and trace
+links: frames on time and extra bytes per policy, issue 17), ``all``. Needs root; builds its
+own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, crosscheck, failover, overhead, simult_flows
+from lab.bench import aggregate, crosscheck, failover, overhead, realtime_media, simult_flows
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck")
+SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck", "realtime-media")
 
 
 def main() -> int:
@@ -29,7 +31,8 @@ def main() -> int:
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'",
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
+        "these cases or trace pairs by name",
     )
     parser.add_argument(
         "--scheduler",
@@ -39,7 +42,8 @@ def main() -> int:
     parser.add_argument(
         "--seconds",
         type=float,
-        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30)",
+        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
+        "realtime-media: seconds per measured stream (default 20)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     parser.add_argument(
@@ -55,6 +59,8 @@ def main() -> int:
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
+        elif suite == "realtime-media":
+            realtime_media.main(seconds=args.seconds, only=args.cases)
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
         else:
