@@ -106,9 +106,22 @@ def stream(topo: Topology, b: dict, port: int, run: tuple[float, int, str]) -> t
     return json.loads(tx_log.read_text()), json.loads(rx_log.read_text())
 
 
+def link_drops(topo: Topology) -> dict:
+    """Upload frames each emulated link dropped: at random (``loss``) and at its full queue."""
+    out = {}
+    for i, link in topo.emulated.items():
+        up = link.stats()["a2b"]
+        out[topo.links[i].name] = {
+            "loss": up["dropped_loss"]["frames"],
+            "queue": up["dropped_queue"]["frames"],
+        }
+    return out
+
+
 def snapshot(topo: Topology) -> dict:
     sess = topo.session("client") or {}
     return {
+        "link_drops": link_drops(topo),
         "tx_bytes": sum(lk.get("tx_bytes", 0) for lk in sess.get("links", [])),
         "link_tx_bytes": {lk["name"]: lk.get("tx_bytes", 0) for lk in sess.get("links", [])},
         "link_loss": {lk["name"]: lk.get("loss") for lk in sess.get("links", [])},
@@ -119,9 +132,14 @@ def snapshot(topo: Topology) -> dict:
 
 def delta(a: dict, b: dict) -> dict:
     links = {k: v - a["link_tx_bytes"].get(k, 0) for k, v in b["link_tx_bytes"].items()}
+    drops = {
+        k: {kind: n - a["link_drops"][k][kind] for kind, n in v.items()}
+        for k, v in b["link_drops"].items()
+    }
     return {
         "tx_bytes": b["tx_bytes"] - a["tx_bytes"],
         "link_tx_bytes": links,
+        "link_drops": drops,
         **{side: {k: b[side][k] - a[side][k] for k in b[side]} for side in ("client", "server")},
     }
 
@@ -148,7 +166,8 @@ def run_policy(topo: Topology, b: dict, label: str, port: int, restart) -> dict:
         f"(late {v['frames_late']}, lost {v['frames_lost']}); voice on time "
         f"{a['packets_on_time']}/{a['packets_sent']}; late pkts {rec['late_packets']}; "
         f"p99 {v['delay_ms']['p99'] or 0:.1f} ms; bytes/delivered "
-        f"{rec['bytes_per_delivered'] or 0:.3f}; {counters['client']} {counters['server']}"
+        f"{rec['bytes_per_delivered'] or 0:.3f}; {counters['client']} {counters['server']} "
+        f"drops {counters['link_drops']} lost {v['lost_packets'][:12]}"
     )
     return rec
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 IP_UDP = 28
 CDF_POINTS = 201
+MAX_LISTED = 50
 
 
 def quantiles(sorted_vals: list[float], points: int = CDF_POINTS) -> list[float]:
@@ -51,10 +52,12 @@ def video_figures(manifest: list, rx: list, deadline_ns: int) -> dict:
         late += recv_ns - send_ns > deadline_ns
         bytes_in += size + IP_UDP
     on_time = late_frames = lost = 0
+    missing = []
     for num, count, _size, frame_ns in frames.values():
         arrivals = got.get(num, [])
         if len(arrivals) < count:
             lost += 1
+            missing.append([num, count - len(arrivals), count])
         elif max(arrivals) - frame_ns > deadline_ns:
             late_frames += 1
         else:
@@ -71,6 +74,9 @@ def video_figures(manifest: list, rx: list, deadline_ns: int) -> dict:
         "packets_not_on_time": sent - len(delays) + late,
         "delivered_bytes": bytes_in,
         "delays_ms": sorted(delays),
+        # Frames with packets missing: [frame, packets missing, packets in the frame] (a
+        # frame number divisible by the GOP is an I-frame).
+        "lost_packets": missing[:MAX_LISTED],
     }
 
 
