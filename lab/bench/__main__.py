@@ -7,7 +7,9 @@ flow over unequal links and trace pairs: goodput against the summed rate, RTT, r
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
 issue 6), ``copies-cpu`` (VoIP streams through ``redundant`` copies: daemon CPU per packet
 and loss against packets/s, user-space copies vs the kernel fast path vs plain routing;
-issue 17), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+issue 17), ``realtime-media`` (a video call + voice with a 150 ms deadline over lossy and
+trace links: frames on time and extra bytes per policy, issue 17), ``all``. Needs root;
+builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -15,9 +17,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, copies_cpu, crosscheck, failover, overhead, simult_flows
+from lab.bench import (
+    aggregate,
+    copies_cpu,
+    crosscheck,
+    failover,
+    overhead,
+    realtime_media,
+    simult_flows,
+)
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck", "copies-cpu")
+SUITES = (
+    "simult-flows",
+    "overhead",
+    "failover",
+    "aggregate",
+    "crosscheck",
+    "copies-cpu",
+    "realtime-media",
+)
 
 
 def main() -> int:
@@ -31,7 +49,8 @@ def main() -> int:
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'",
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
+        "these cases or trace pairs by name",
     )
     parser.add_argument(
         "--scheduler",
@@ -42,7 +61,8 @@ def main() -> int:
         "--seconds",
         type=float,
         help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
-        "copies-cpu: seconds per point (default 5)",
+        "copies-cpu: seconds per point (default 5); "
+        "realtime-media: seconds per measured stream (default 20)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     parser.add_argument(
@@ -70,6 +90,8 @@ def main() -> int:
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
+        elif suite == "realtime-media":
+            realtime_media.main(seconds=args.seconds, only=args.cases)
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
         elif suite == "copies-cpu":

@@ -61,6 +61,7 @@ COMMANDS = {
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "detour-relay": f"{PY} -m lab.bench.detour_relay",
+    "realtime-media": f"{PY} -m lab.bench realtime-media",
     "race-bench": f"{PY} -m lab.race.bench",
     "race-bench-1000mbit": f"{PY} -m lab.race.bench --rate-mbit 1000",
     "race-eval-wired-wired": f"{PY} -m lab.race.experiment --config wired-wired",
@@ -283,6 +284,35 @@ def _table_overhead(rs: list[dict]) -> list[str]:
     return rows
 
 
+RT_POLICIES = ("realtime+fec", "realtime-nofec", "redundant", "aggregate", "best")
+
+
+def _pct(v: object) -> str:
+    return f"{100 * v:.2f} %" if isinstance(v, float | int) and not isinstance(v, bool) else "—"
+
+
+def _table_realtime_media(rs: list[dict]) -> list[str]:
+    rows = [
+        "| case | policy | frames on time | packets not on time | packets after deadline | "
+        "bytes sent / delivered | extra bytes over best |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        if "error" in f:
+            rows.append(f"| {r['case']} | failed or skipped | | | | | |")
+            continue
+        for p in RT_POLICIES:
+            if f"{p}.frames_on_time" not in f:
+                continue
+            rows.append(
+                f"| {r['case']} | {p} | {_pct(f[f'{p}.frames_on_time'])} | "
+                f"{_pct(f.get(f'{p}.packets_not_on_time'))} | {_fmt(f.get(f'{p}.late_packets'))} "
+                f"| {_fmt(f.get(f'{p}.bytes_per_delivered'))} | {_pct(f.get(f'{p}.extra_bytes'))} |"
+            )
+    return rows
+
+
 # Columns of the suites without a table of their own (default: the first eight figures).
 COLUMNS = {
     "race-eval": ["mean_s", "p50_s", "p95_s", "p99_s", "avail_2s", "fetched"],
@@ -327,6 +357,7 @@ TABLES = {
     "aggregate": _table_aggregate,
     "failover": _table_failover,
     "overhead": _table_overhead,
+    "realtime-media": _table_realtime_media,
 }
 
 

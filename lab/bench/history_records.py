@@ -221,6 +221,20 @@ def _sim_bench_params(d: dict) -> str:
     return f"{p['sessions']}x{p['links']}x{p['seconds']}s_cps{p['clients_per_server']}"
 
 
+def _realtime_media(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for c in d.get("cases", []):
+        if "policies" not in c:
+            out.append((c["name"], {"error": (c.get("error") or c.get("skipped") or "")[-200:]}))
+            continue
+        f: dict = {}
+        for label, r in c["policies"].items():
+            f |= _figs(r, ("frames_on_time", "packets_not_on_time", "extra_bytes"), f"{label}.")
+            f |= _figs(r, ("late_packets", "bytes_per_delivered"), f"{label}.")
+        out.append((c["name"], f))
+    return out
+
+
 EXTRACT = {
     "simult-flows": _simult_flows,
     "aggregate": _aggregate,
@@ -231,6 +245,7 @@ EXTRACT = {
     "race-eval": _race_eval,
     "detour-relay": _detour_relay,
     "copies-cpu": _copies_cpu,
+    "realtime-media": _realtime_media,
 }
 
 

@@ -27,10 +27,14 @@ pub enum Policy {
     Aggregate,
     /// Each packet must arrive within `deadline` of leaving the sender (voice, video
     /// calls, live streams): sent on the highest-latency path that still makes it (MMTP),
-    /// dropped at the sender if none can, protected by FEC, released at once.
+    /// dropped at the sender if none can, protected by FEC unless `fec` is off, released at
+    /// once.
     Realtime {
         /// How long after it was sent a packet is still of use.
         deadline: Duration,
+        /// Whether the sender adds Reed-Solomon parity (`session/fec.rs`). A sender-side
+        /// choice: it is not on the wire, so a peer's replies on the flow get parity.
+        fec: bool,
     },
 }
 
@@ -43,6 +47,14 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(150);
 pub const REALTIME_DSCP: [u8; 4] = [46, 34, 36, 38];
 
 impl Policy {
+    /// `realtime` with `deadline` and FEC on (the default).
+    pub fn realtime(deadline: Duration) -> Policy {
+        Policy::Realtime {
+            deadline,
+            fec: true,
+        }
+    }
+
     /// Two-bit code carried in DATA flags.
     pub fn code(self) -> u8 {
         match self {
@@ -59,9 +71,7 @@ impl Policy {
         match code {
             1 => Policy::Redundant { copies: None },
             2 => Policy::Aggregate,
-            3 => Policy::Realtime {
-                deadline: DEFAULT_DEADLINE,
-            },
+            3 => Policy::realtime(DEFAULT_DEADLINE),
             _ => Policy::Best,
         }
     }
@@ -70,9 +80,9 @@ impl Policy {
     /// deadline it carries (0 = the default).
     pub fn from_data(code: u8, deadline_ms: u16) -> Policy {
         match Policy::from_code(code) {
-            Policy::Realtime { .. } if deadline_ms > 0 => Policy::Realtime {
-                deadline: Duration::from_millis(u64::from(deadline_ms)),
-            },
+            Policy::Realtime { .. } if deadline_ms > 0 => {
+                Policy::realtime(Duration::from_millis(u64::from(deadline_ms)))
+            }
             p => p,
         }
     }
@@ -80,7 +90,7 @@ impl Policy {
     /// The deadline on the wire (ms, at least 1, at most 65 535); 0 for other policies.
     pub fn deadline_ms(self) -> u16 {
         match self {
-            Policy::Realtime { deadline } => u16::try_from(deadline.as_millis())
+            Policy::Realtime { deadline, .. } => u16::try_from(deadline.as_millis())
                 .unwrap_or(u16::MAX)
                 .max(1),
             _ => 0,
@@ -264,9 +274,7 @@ impl Classifier {
         };
         match self.rules.iter().find(|r| r.matches(&key, dscp)) {
             Some(r) => r.policy,
-            None if REALTIME_DSCP.contains(&dscp) => Policy::Realtime {
-                deadline: DEFAULT_DEADLINE,
-            },
+            None if REALTIME_DSCP.contains(&dscp) => Policy::realtime(DEFAULT_DEADLINE),
             None => self.default,
         }
     }
@@ -373,9 +381,7 @@ pub(crate) mod tests {
     /// EF and AF4x mean `realtime` when no rule matches; a rule naming the DSCP wins.
     #[test]
     fn dscp_realtime_default() {
-        let rt = Policy::Realtime {
-            deadline: DEFAULT_DEADLINE,
-        };
+        let rt = Policy::realtime(DEFAULT_DEADLINE);
         let mut c = Classifier::uniform(Policy::Aggregate);
         for d in [46, 34, 36, 38] {
             assert_eq!(c.classify(&udp4(d, 1, 2)), rt, "dscp {d}");
@@ -396,21 +402,12 @@ pub(crate) mod tests {
 
     #[test]
     fn realtime_code_and_deadline_round_trip() {
-        let p = Policy::Realtime {
-            deadline: Duration::from_millis(80),
-        };
+        let p = Policy::realtime(Duration::from_millis(80));
         assert_eq!(p.code(), 3);
         assert_eq!(Policy::from_data(p.code(), p.deadline_ms()), p);
-        assert_eq!(
-            Policy::from_data(3, 0),
-            Policy::Realtime {
-                deadline: DEFAULT_DEADLINE
-            }
-        );
+        assert_eq!(Policy::from_data(3, 0), Policy::realtime(DEFAULT_DEADLINE));
         assert_eq!(Policy::from_data(2, 80), Policy::Aggregate);
-        let long = Policy::Realtime {
-            deadline: Duration::from_secs(100),
-        };
+        let long = Policy::realtime(Duration::from_secs(100));
         assert_eq!(long.deadline_ms(), u16::MAX);
     }
 

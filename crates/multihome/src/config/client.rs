@@ -1,6 +1,6 @@
 //! Validation of `client.toml` into `ClientSettings`.
 
-use super::raw::{ClientFile, LinkSection, PolicySection};
+use super::raw::{ClientFile, LinkSection, PolicySection, RuleSection};
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
 use multihome_proto::crypto::{CipherSet, DataCipher, PublicKey};
@@ -127,9 +127,7 @@ pub(super) fn parse_policy(
         "best" => Ok(Policy::Best),
         "redundant" => Ok(Policy::Redundant { copies }),
         "aggregate" => Ok(Policy::Aggregate),
-        "realtime" => Ok(Policy::Realtime {
-            deadline: multihome_proto::policy::DEFAULT_DEADLINE,
-        }),
+        "realtime" => Ok(Policy::realtime(multihome_proto::policy::DEFAULT_DEADLINE)),
         other => Err(src.err(
             s.span().start,
             format!("unknown policy `{other}`"),
@@ -274,27 +272,7 @@ fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, C
             }
             d => d.as_ref().map(|d| *d.get_ref()),
         };
-        let mut policy = parse_policy(src, &r.policy, copies)?;
-        if let Some(d) = &r.deadline_ms {
-            let ms = *d.get_ref();
-            if !matches!(policy, Policy::Realtime { .. }) {
-                return Err(src.err(
-                    d.span().start,
-                    "deadline_ms on a rule whose policy is not realtime",
-                    "remove it, or set policy = \"realtime\"",
-                ));
-            }
-            if !(10..=10_000).contains(&ms) {
-                return Err(src.err(
-                    d.span().start,
-                    format!("deadline_ms = {ms} is out of range"),
-                    "use 10 to 10000 (voice: 150, interactive video: 200-400)",
-                ));
-            }
-            policy = Policy::Realtime {
-                deadline: std::time::Duration::from_millis(u64::from(ms)),
-            };
-        }
+        let policy = realtime_keys(src, r, parse_policy(src, &r.policy, copies)?)?;
         rules.push(Rule {
             name: r.name.clone(),
             protocol,
@@ -304,6 +282,47 @@ fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, C
         });
     }
     Ok(Classifier { rules, default })
+}
+
+/// A rule's `deadline_ms` and `fec` keys applied to its `policy` (both are errors on a
+/// rule that is not `realtime`).
+fn realtime_keys(
+    src: &Source<'_>,
+    r: &RuleSection,
+    mut policy: Policy,
+) -> Result<Policy, ConfigError> {
+    if let Some(d) = &r.deadline_ms {
+        let ms = *d.get_ref();
+        if !matches!(policy, Policy::Realtime { .. }) {
+            return Err(src.err(
+                d.span().start,
+                "deadline_ms on a rule whose policy is not realtime",
+                "remove it, or set policy = \"realtime\"",
+            ));
+        }
+        if !(10..=10_000).contains(&ms) {
+            return Err(src.err(
+                d.span().start,
+                format!("deadline_ms = {ms} is out of range"),
+                "use 10 to 10000 (voice: 150, interactive video: 200-400)",
+            ));
+        }
+        policy = Policy::realtime(Duration::from_millis(u64::from(ms)));
+    }
+    if let Some(f) = &r.fec {
+        let Policy::Realtime { deadline, .. } = policy else {
+            return Err(src.err(
+                f.span().start,
+                "fec on a rule whose policy is not realtime",
+                "remove it, or set policy = \"realtime\"",
+            ));
+        };
+        policy = Policy::Realtime {
+            deadline,
+            fec: *f.get_ref(),
+        };
+    }
+    Ok(policy)
 }
 
 fn parse_ports(s: &str) -> Option<(u16, u16)> {

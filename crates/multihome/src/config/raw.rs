@@ -78,6 +78,7 @@ pub struct RuleSection {
     pub policy: Spanned<String>,
     pub copies: Option<Spanned<u8>>,
     pub deadline_ms: Option<Spanned<u32>>,
+    pub fec: Option<Spanned<bool>>,
 }
 
 /// `server.toml`.

@@ -163,18 +163,14 @@ fn realtime_rules_and_link_costs() {
     let c = client(&t).unwrap();
     assert_eq!(
         c.classifier.rules[0].policy,
-        multihome_proto::policy::Policy::Realtime {
-            deadline: std::time::Duration::from_millis(100)
-        }
+        multihome_proto::policy::Policy::realtime(std::time::Duration::from_millis(100))
     );
     assert_eq!((c.links[0].cost, c.links[1].cost), (1, 5));
     let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS) + rule;
     let c = client(&t).unwrap();
     assert_eq!(
         c.classifier.rules[0].policy,
-        multihome_proto::policy::Policy::Realtime {
-            deadline: multihome_proto::policy::DEFAULT_DEADLINE
-        }
+        multihome_proto::policy::Policy::realtime(multihome_proto::policy::DEFAULT_DEADLINE)
     );
     let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS) + rule + "deadline_ms = 0\n";
     let e = client(&t).unwrap_err();
@@ -190,6 +186,39 @@ fn realtime_rules_and_link_costs() {
     );
     let e = client(&client_src("server = \"10.0.1.1:7000\"\n", &links)).unwrap_err();
     assert!(e.message.contains("cost = 0"), "{e}");
+}
+
+/// `fec = false` turns parity off on a realtime rule, keeping its deadline; anything but
+/// a boolean, or `fec` on another policy, is an error on its line.
+#[test]
+fn realtime_fec_switch() {
+    use multihome_proto::policy::Policy;
+    let rule = "[[policy.rule]]\nname = \"video\"\nprotocol = \"udp\"\npolicy = \"realtime\"\n";
+    let base = client_src("server = \"10.0.1.1:7000\"\n", LINKS);
+    let line_of_fec = base.lines().count() + 5;
+    let c = client(&(base.clone() + rule + "deadline_ms = 120\nfec = false\n")).unwrap();
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        Policy::Realtime {
+            deadline: std::time::Duration::from_millis(120),
+            fec: false
+        }
+    );
+    let c = client(&(base.clone() + rule + "fec = true\n")).unwrap();
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        Policy::realtime(multihome_proto::policy::DEFAULT_DEADLINE)
+    );
+    let e = client(&(base.clone() + rule + "fec = \"off\"\n")).unwrap_err();
+    assert_eq!(e.line, line_of_fec, "{e}");
+    assert!(e.message.contains("invalid type"), "{e}");
+    let e = client(&(base + &rule.replace("realtime", "redundant") + "fec = false\n")).unwrap_err();
+    assert_eq!(e.line, line_of_fec, "{e}");
+    assert!(
+        e.message
+            .contains("fec on a rule whose policy is not realtime"),
+        "{e}"
+    );
 }
 
 #[test]

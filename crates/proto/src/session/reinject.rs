@@ -235,9 +235,7 @@ mod tests {
     #[test]
     fn realtime_packets_are_not_remembered_and_memory_is_bounded() {
         let mut f = InFlight::default();
-        let realtime = Policy::Realtime {
-            deadline: core::time::Duration::from_millis(150),
-        };
+        let realtime = Policy::realtime(core::time::Duration::from_millis(150));
         f.on_sent(0, 0, (DataFlags::new(realtime.code(), false), 0), &pkt());
         assert_eq!(f.len(), 0);
         for i in 0..(MAX_IN_FLIGHT as u32 + 10) {

@@ -59,8 +59,8 @@ impl Session {
             }
             return;
         }
-        if let Policy::Realtime { deadline } = policy {
-            self.send_realtime(now, packet, deadline);
+        if let Policy::Realtime { deadline, fec } = policy {
+            self.send_realtime(now, packet, deadline, fec);
             return;
         }
         // A held packet was counted when it was accepted.
@@ -92,8 +92,9 @@ impl Session {
     }
 
     /// A realtime packet: on the path `sched::realtime` picks within its deadline, or
-    /// dropped here (counted `rt_dropped_late`) if no path delivers it in time.
-    fn send_realtime(&mut self, now: Instant, packet: Arc<[u8]>, deadline: Duration) {
+    /// dropped here (counted `rt_dropped_late`) if no path delivers it in time; with `fec`,
+    /// it joins the open parity block.
+    fn send_realtime(&mut self, now: Instant, packet: Arc<[u8]>, deadline: Duration, fec: bool) {
         let views = self.take_views(now);
         let choice = realtime::select(now, &views, packet.len(), deadline);
         self.put_views(views);
@@ -104,7 +105,7 @@ impl Session {
         self.counters.tx_ip_packets += 1;
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
-        let policy = Policy::Realtime { deadline };
+        let policy = Policy::Realtime { deadline, fec };
         let flags = DataFlags::new(policy.code(), false);
         let path = match &sel {
             Selection::Paths(p) if p.len() == 1 => Some(p[0]),
@@ -112,7 +113,7 @@ impl Session {
         };
         let deadline_ms = policy.deadline_ms();
         self.push_data_jobs(sel, seq, (flags, 0), deadline_ms, packet.clone());
-        if let Some(path) = path {
+        if let (Some(path), true) = (path, fec) {
             self.protect_realtime(now, seq, path, packet, deadline);
         }
     }

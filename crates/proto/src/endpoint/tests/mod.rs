@@ -15,6 +15,7 @@ mod hostile;
 mod lifecycle;
 mod mobility;
 mod realtime;
+mod realtime_video;
 mod redundant;
 mod reordering;
 mod throughput;

@@ -4,9 +4,7 @@
 use super::*;
 
 fn rt(ms: u64) -> Policy {
-    Policy::Realtime {
-        deadline: Duration::from_millis(ms),
-    }
+    Policy::realtime(Duration::from_millis(ms))
 }
 
 /// Both links take 200 ms one way and the deadline is 150 ms: no packet is sent, each is
@@ -110,10 +108,16 @@ fn the_receiver_counts_late_arrivals() {
 /// Packet `n` of a voice stream: 160 bytes of IPv4/UDP (RTP-sized), numbered as the
 /// harness's packets (`number`).
 fn voice_packet(n: u32) -> Vec<u8> {
+    udp_packet(n, 160)
+}
+
+/// An upstream IPv4/UDP packet of `size` bytes (≥ 32) numbered `n` (`number`), its payload
+/// a pattern of `n`.
+pub(super) fn udp_packet(n: u32, size: usize) -> Vec<u8> {
     let mut p = packet(true, n, 40);
-    p.resize(160, 0);
-    p[2..4].copy_from_slice(&160u16.to_be_bytes());
-    p[24..26].copy_from_slice(&140u16.to_be_bytes());
+    p.resize(size, 0);
+    p[2..4].copy_from_slice(&(size as u16).to_be_bytes());
+    p[24..26].copy_from_slice(&(size as u16 - 20).to_be_bytes());
     for (i, b) in p[32..].iter_mut().enumerate() {
         *b = (n as usize).wrapping_mul(7).wrapping_add(i) as u8;
     }
