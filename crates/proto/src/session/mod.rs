@@ -165,8 +165,8 @@ pub struct SessionCounters {
     /// Realtime packets dropped at the sender: no path delivers them before their
     /// deadline (`sched/realtime.rs`). Never sent late.
     pub rt_dropped_late: u64,
-    /// Realtime packets received after their deadline (judged by `realtime_rx.rs`; still
-    /// delivered: the application's jitter buffer decides).
+    /// Realtime packets received after their deadline (judged by `realtime_rx.rs`), not
+    /// delivered: none reaches the application late.
     pub rt_rx_late: u64,
     /// Datagrams sealed once for the kernel to copy onto the other links
     /// (`SessionConfig::kernel_copies`).
