@@ -69,11 +69,15 @@ class TcpTransfer:
         cc: str,
         seed: int = 1,
         port: int = 9000,
+        mptcp: bool = False,
     ) -> None:
         self.mib = mib
         self.seed = seed
         self.started = time.monotonic()
-        self.receiver = dst.spawn(tool_cmd("tcpxfer", "recv", "--port", str(port)), f"rx{port}")
+        extra = ["--mptcp"] if mptcp else []
+        self.receiver = dst.spawn(
+            tool_cmd("tcpxfer", "recv", "--port", str(port), *extra), f"rx{port}"
+        )
         wait_listening(self.receiver)
         self.sender = src.spawn(
             tool_cmd(
@@ -89,6 +93,7 @@ class TcpTransfer:
                 str(seed),
                 "--cc",
                 cc,
+                *extra,
             ),
             f"tx{port}",
         )

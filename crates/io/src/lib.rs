@@ -11,6 +11,7 @@
 //! - [`netlink`]: link/address change notifications and link, address and route changes;
 //! - [`nat`]: the server's nftables masquerade;
 //! - [`detour`]: the relay's nftables DNAT + SNAT per detour (`multihome relay`);
+//! - [`mptcp`]: kernel MPTCP's userspace path manager (events, subflow create/destroy);
 //! - [`sysctl`]: reading and writing `/proc/sys` (IP forwarding);
 //! - [`netns`]: throw-away network namespaces for tests, benchmarks and the lab.
 //!
@@ -23,6 +24,7 @@
 
 pub mod detour;
 pub mod dup;
+pub mod mptcp;
 pub mod nat;
 pub mod netlink;
 pub mod netns;
