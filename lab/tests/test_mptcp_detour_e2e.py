@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lab.mptcp import counters
@@ -76,7 +77,7 @@ class MptcpDetourLab:
         self.rly.run(
             ["nft", "-f", "-"],
             input_text=(
-                "table inet labcount {\n chain fwd {\n"
+                "table inet labcount {\n chain count {\n"
                 "  type filter hook forward priority 10; policy accept;\n"
                 f"  ip daddr {SRV} tcp dport {PORT} counter\n }}\n}}\n"
             ),
@@ -84,7 +85,9 @@ class MptcpDetourLab:
 
     def keygen(self, name: str) -> str:
         key = self.dir / f"{name}.key"
-        return self.cli.run([str(self.binary), "keygen", "--private-key-file", str(key)]).stdout.strip()
+        return self.cli.run(
+            [str(self.binary), "keygen", "--private-key-file", str(key)]
+        ).stdout.strip()
 
     def start(self, check_interval_s: int = 1) -> None:
         client_pub, relay_pub = self.keygen("client"), self.keygen("relay")
@@ -109,10 +112,10 @@ class MptcpDetourLab:
             env,
         )
         for sock in ("relay.sock", "mptcp.sock"):
-            self._wait(lambda s=sock: (self.dir / s).exists(), f"{sock} to appear", 10)
+            self.wait_for(lambda s=sock: (self.dir / s).exists(), f"{sock} to appear", 10)
         assert self.cli.run(["sysctl", "-n", "net.mptcp.pm_type"]).stdout.strip() == "1"
 
-    def _wait(self, cond, what: str, timeout: float) -> None:  # noqa: ANN001
+    def wait_for(self, cond: Callable[[], bool], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not cond():
             if time.monotonic() > deadline:
@@ -138,7 +141,7 @@ class MptcpDetourLab:
             found[:] = [d for d in self.detours() if d["state"] == state]
             return bool(found)
 
-        self._wait(up, f"detour in state {state}", timeout)
+        self.wait_for(up, f"detour in state {state}", timeout)
         return found[0]
 
     def relay_bytes(self) -> int:
@@ -174,8 +177,10 @@ def test_mptcp_connection_gains_a_subflow_through_the_relay(lab: Lab, multihome_
     joins = after.get("MPJoinAckRx", 0) - before.get("MPJoinAckRx", 0)
     forwarded = t.relay_bytes()
     share = forwarded / (mib << 20)
-    print(f"mptcp+detour: {res.mbps:.1f} Mbit/s, relay forwarded {share:.2f} of the payload, "
-          f"detour {d['local']} -> relay port {d['relay_port']}, joins {joins}")
+    print(
+        f"mptcp+detour: {res.mbps:.1f} Mbit/s, relay forwarded {share:.2f} of the payload, "
+        f"detour {d['local']} -> relay port {d['relay_port']}, joins {joins}"
+    )
     assert joins >= 1, (before, after)
     assert res.mbps > 1.3 * DIRECT_MBIT, (res.mbps, share)
     assert share >= 0.3, (forwarded, res)
@@ -205,15 +210,17 @@ def test_relay_death_removes_the_subflow(lab: Lab, multihome_bin: Path) -> None:
     t.relay.stop(sig=9)
     t.rly.ip("link", "set", "rl0", "down")
     died = time.monotonic()
-    t._wait(lambda: not t.detours(), "detour removal", 10)
+    t.wait_for(lambda: not t.detours(), "detour removal", 10)
     gone_after = time.monotonic() - died
     remaining = mib - xfer.received_bytes() / (1 << 20)
     res = xfer.wait(timeout=remaining * 8 * 1.05 / DIRECT_MBIT + 10)
     assert res.intact, res
     after = counters(t.cli)
     st = t.status(t.cli, "mptcp.sock")
-    print(f"subflow removed {gone_after:.1f} s after the relay died; transfer {res.mbps:.1f} "
-          f"Mbit/s overall; counters {st['counters']}")
+    print(
+        f"subflow removed {gone_after:.1f} s after the relay died; transfer {res.mbps:.1f} "
+        f"Mbit/s overall; counters {st['counters']}"
+    )
     assert st["counters"]["relays_dead"] == 1, st
     assert st["counters"]["subflows_removed"] == 1, st
     assert after.get("RmSubflow", 0) - before.get("RmSubflow", 0) >= 1, (before, after)

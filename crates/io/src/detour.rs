@@ -319,7 +319,9 @@ mod tests {
         let add = elements("t", "add", &tcp, None).unwrap();
         assert!(add.starts_with("add element inet t tcp_dnat4 { 198.51.100.2 . 4000 . 40001 :"));
         assert!(add.contains("add element inet t tcp_fwd4 {"));
-        assert!(r.contains("tcp dport 40000-40999 dnat ip to ip saddr . tcp sport . tcp dport map @tcp_dnat4"));
+        assert!(r.contains(
+            "tcp dport 40000-40999 dnat ip to ip saddr . tcp sport . tcp dport map @tcp_dnat4"
+        ));
         assert!(ruleset("x; flush ruleset", (1, 2)).is_err());
         assert!(ruleset("t", (0, 2)).is_err());
         assert!(ruleset("t", (5, 2)).is_err());

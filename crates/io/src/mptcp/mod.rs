@@ -33,7 +33,9 @@ use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 use netlink_packet_generic::GenlMessage;
 use netlink_sys::{protocols::NETLINK_GENERIC, Socket, SocketAddr as NlAddr};
 
-pub use msg::{decode_event, MptcpEvent, PmAddr, PmMessage, CMD_SUBFLOW_CREATE, CMD_SUBFLOW_DESTROY};
+pub use msg::{
+    decode_event, MptcpEvent, PmAddr, PmMessage, CMD_SUBFLOW_CREATE, CMD_SUBFLOW_DESTROY,
+};
 
 use crate::netlink::NetlinkError;
 use crate::sysctl::{self, SysctlError};
@@ -332,7 +334,10 @@ pub fn bind_detour_socket(ip: IpAddr) -> io::Result<LinkSocket> {
 
 /// Reads `net.mptcp.pm_type` (0 in-kernel, 1 userspace) of the calling thread's namespace.
 pub fn pm_type() -> Result<u8, SysctlError> {
-    Ok(sysctl::read("net.mptcp.pm_type")?.trim().parse().unwrap_or(0))
+    Ok(sysctl::read("net.mptcp.pm_type")?
+        .trim()
+        .parse()
+        .unwrap_or(0))
 }
 
 /// Sets `net.mptcp.pm_type` (1: the userspace path manager; connections created from then

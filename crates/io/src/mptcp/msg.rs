@@ -370,7 +370,7 @@ mod tests {
             w.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
             w.extend_from_slice(&kind.to_ne_bytes());
             w.extend_from_slice(v);
-            while w.len() % 4 != 0 {
+            while !w.len().is_multiple_of(4) {
                 w.push(0);
             }
         };
@@ -435,11 +435,14 @@ mod tests {
                 ..
             }
         ));
-        let closed = decode_event(&event(
-            EV_SUB_CLOSED,
-            &ends(vec![(EA_ERROR, vec![111])]),
+        let closed = decode_event(&event(EV_SUB_CLOSED, &ends(vec![(EA_ERROR, vec![111])])));
+        assert!(matches!(
+            closed,
+            MptcpEvent::SubClosed {
+                error: Some(111),
+                ..
+            }
         ));
-        assert!(matches!(closed, MptcpEvent::SubClosed { error: Some(111), .. }));
         // v4-mapped addresses come out as IPv4.
         let mut mapped = [0u8; 16];
         mapped[10] = 0xff;
@@ -465,13 +468,18 @@ mod tests {
             }
         );
         assert_eq!(
-            decode_event(&event(EV_CLOSED, &[(EA_TOKEN, 9u32.to_ne_bytes().to_vec())])),
+            decode_event(&event(
+                EV_CLOSED,
+                &[(EA_TOKEN, 9u32.to_ne_bytes().to_vec())]
+            )),
             MptcpEvent::Closed { token: 9 }
         );
         // Missing or short attributes: no panic, an `Other`.
         assert_eq!(
             decode_event(&event(EV_ESTABLISHED, &[(EA_TOKEN, vec![1])])),
-            MptcpEvent::Other { kind: EV_ESTABLISHED }
+            MptcpEvent::Other {
+                kind: EV_ESTABLISHED
+            }
         );
     }
 }

@@ -166,10 +166,7 @@ fn target(src: &Source<'_>, s: &Spanned<String>) -> Result<Target, ConfigError> 
     })
 }
 
-fn relays(
-    src: &Source<'_>,
-    list: &[Spanned<RelaySection>],
-) -> Result<Vec<RelaySpec>, ConfigError> {
+fn relays(src: &Source<'_>, list: &[Spanned<RelaySection>]) -> Result<Vec<RelaySpec>, ConfigError> {
     if list.is_empty() {
         return Err(src.err_file(
             "no [[relay]] is configured",
@@ -248,8 +245,7 @@ mod tests {
     #[test]
     fn shipped_example_parses() {
         let (_d, r) = with_key(
-            &include_str!("../../../../examples/mptcp-detours.toml")
-                .replace("client.key", "c.key"),
+            &include_str!("../../../../examples/mptcp-detours.toml").replace("client.key", "c.key"),
         );
         let s = r.unwrap();
         assert_eq!(s.relays.len(), 2);
@@ -259,11 +255,31 @@ mod tests {
     #[test]
     fn errors_are_located() {
         for (body, line, needle) in [
-            ("[mptcp]\nprivate_key_file = \"c.key\"\nbogus = 1\n", 3, "unknown field"),
-            ("[mptcp]\nprivate_key_file = \"c.key\"\ndetours = 0\n", 3, "out of range"),
-            ("[mptcp]\nprivate_key_file = \"c.key\"\nservers = [\"x\"]\n", 3, "not an address"),
-            ("[mptcp]\nprivate_key_file = \"c.key\"\njoin_timeout_s = 0\n", 3, "out of range"),
-            ("[mptcp]\nprivate_key_file = \"nope.key\"\n", 2, "cannot read"),
+            (
+                "[mptcp]\nprivate_key_file = \"c.key\"\nbogus = 1\n",
+                3,
+                "unknown field",
+            ),
+            (
+                "[mptcp]\nprivate_key_file = \"c.key\"\ndetours = 0\n",
+                3,
+                "out of range",
+            ),
+            (
+                "[mptcp]\nprivate_key_file = \"c.key\"\nservers = [\"x\"]\n",
+                3,
+                "not an address",
+            ),
+            (
+                "[mptcp]\nprivate_key_file = \"c.key\"\njoin_timeout_s = 0\n",
+                3,
+                "out of range",
+            ),
+            (
+                "[mptcp]\nprivate_key_file = \"nope.key\"\n",
+                2,
+                "cannot read",
+            ),
         ] {
             let (_d, r) = with_key(&format!("{body}{RELAY}"));
             let e = r.unwrap_err();

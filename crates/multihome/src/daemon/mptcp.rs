@@ -18,11 +18,11 @@
 
 use crate::config::mptcp::{load, MptcpSettings};
 use anyhow::{Context, Result};
-use multihome_io::mptcp::{bind_detour_socket, set_pm_type, set_userspace_pm, MptcpEvent, Pm, PmEvents};
-use multihome_io::udp::LinkSocket;
-use multihome_proto::detour::{
-    DetourId, MptcpAction, MptcpConfig, MptcpManager, TYPE_ANSWER,
+use multihome_io::mptcp::{
+    bind_detour_socket, set_pm_type, set_userspace_pm, MptcpEvent, Pm, PmEvents,
 };
+use multihome_io::udp::LinkSocket;
+use multihome_proto::detour::{DetourId, MptcpAction, MptcpConfig, MptcpManager, TYPE_ANSWER};
 use multihome_runtime::control::{self, ControlSocket};
 use multihome_runtime::{block_on, os_seed, shutdown_signal, Clock};
 use serde_json::{json, Value};
@@ -76,9 +76,8 @@ async fn serve(s: MptcpSettings) -> Result<()> {
     // SAFETY: PmEvents owns its netlink fd for its whole life and `as_raw_fd` returns it.
     let mut events =
         unsafe { AsyncFd::register(events) }.context("registering the event socket")?;
-    let old_pm = set_userspace_pm().context(
-        "setting net.mptcp.pm_type = 1 (the userspace path manager); run as root",
-    )?;
+    let old_pm = set_userspace_pm()
+        .context("setting net.mptcp.pm_type = 1 (the userspace path manager); run as root")?;
     let control = ControlSocket::bind(&s.control_socket)?;
     let clock = Clock::new();
     let mut cfg = MptcpConfig::new(s.private_key.clone(), clock.epoch_us);
@@ -234,11 +233,8 @@ impl Daemon {
         });
         match bound {
             Ok((local, sock)) => {
-                let task = tokio::task::spawn_local(read_answers(
-                    sock.clone(),
-                    id,
-                    self.answers.clone(),
-                ));
+                let task =
+                    tokio::task::spawn_local(read_answers(sock.clone(), id, self.answers.clone()));
                 self.sockets.insert(id, DetourSocket { sock, task });
                 self.mgr.opened(now, id, Ok(local));
             }
@@ -348,8 +344,16 @@ pub fn render(v: &Value) -> String {
         Value::String(t) => t.clone(),
         other => other.to_string(),
     };
-    let _ = writeln!(o, "role: mptcp-detours, connections served: {}", s(&v["connections"]));
-    let _ = writeln!(o, "{:<10} {:<22} {:<10} {:<10} {:<22} port", "token", "server", "relay", "state", "local");
+    let _ = writeln!(
+        o,
+        "role: mptcp-detours, connections served: {}",
+        s(&v["connections"])
+    );
+    let _ = writeln!(
+        o,
+        "{:<10} {:<22} {:<10} {:<10} {:<22} port",
+        "token", "server", "relay", "state", "local"
+    );
     for d in v["detours"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,

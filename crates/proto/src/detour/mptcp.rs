@@ -573,7 +573,10 @@ impl MptcpManager {
                 continue;
             }
             let pending = mine.iter().any(|(_, d)| d.renewing);
-            let oldest = mine.iter().min_by_key(|(_, d)| d.renew_at).map(|(id, _)| **id);
+            let oldest = mine
+                .iter()
+                .min_by_key(|(_, d)| d.renew_at)
+                .map(|(id, _)| **id);
             self.relays[ri].next_check = Some(now + self.cfg.check_interval);
             if let (false, Some(id)) = (pending, oldest) {
                 self.renew(now, id);
