@@ -76,9 +76,11 @@ async fn serve(s: MptcpSettings) -> Result<()> {
     // SAFETY: PmEvents owns its netlink fd for its whole life and `as_raw_fd` returns it.
     let mut events =
         unsafe { AsyncFd::register(events) }.context("registering the event socket")?;
+    // Everything that can fail comes before the switch, so an error leaves nothing to undo.
+    let control = ControlSocket::bind(&s.control_socket)?;
+    let seed = os_seed()?;
     let old_pm = set_userspace_pm()
         .context("setting net.mptcp.pm_type = 1 (the userspace path manager); run as root")?;
-    let control = ControlSocket::bind(&s.control_socket)?;
     let clock = Clock::new();
     let mut cfg = MptcpConfig::new(s.private_key.clone(), clock.epoch_us);
     cfg.detours = s.detours;
@@ -90,7 +92,7 @@ async fn serve(s: MptcpSettings) -> Result<()> {
     cfg.max_failures = s.max_failures;
     let (tx, mut rx) = unbounded_channel();
     let mut d = Daemon {
-        mgr: MptcpManager::new(cfg, s.relays.clone(), os_seed()?),
+        mgr: MptcpManager::new(cfg, s.relays.clone(), seed),
         pm,
         sockets: HashMap::new(),
         answers: tx,
