@@ -105,6 +105,15 @@ class TcpTransfer:
                 return int(line.split()[1])
         return 0
 
+    def progress(self) -> list[tuple[float, int]]:
+        """(seconds since accept, bytes received) at each progress report so far."""
+        out = []
+        for line in self.receiver.output().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "PROGRESS":
+                out.append((float(parts[2]), int(parts[1])))
+        return out
+
     def wait_progress(self, nbytes: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while self.received_bytes() < nbytes:

@@ -8,7 +8,8 @@ duplication or reordering of stream bytes anywhere on the path is detected.
 
 Invariants: block ``i`` of the stream is ``Random(seed * 1_000_003 + i).randbytes(1 MiB)``, so
 sender, receiver-side check and parent agree without exchanging data. The final line on stdout
-is ``RESULT {json}``; ``PROGRESS <bytes>`` lines (stdout, flushed) report the received count.
+is ``RESULT {json}``; ``PROGRESS <bytes> <seconds>`` lines (stdout, flushed) report the received
+count and the time since the connection was accepted.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def recv(args: argparse.Namespace) -> int:
             got += n
             now = time.monotonic()
             if now - last_report >= 0.2:
-                print(f"PROGRESS {got}", flush=True)
+                print(f"PROGRESS {got} {now - start:.3f}", flush=True)
                 last_report = now
     except TimeoutError:
         result({"bytes": got, "sha256": digest.hexdigest(), "error": "stalled"})
