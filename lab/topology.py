@@ -106,6 +106,7 @@ class Topology:
         tunnel: bool = True,
         binary: Path | None = None,
         client_extra: dict | None = None,
+        server_extra: dict | None = None,
     ) -> None:
         self.lab = lab
         self.links = links
@@ -113,6 +114,7 @@ class Topology:
         self.rules = rules or []
         self.detect_ms = detect_ms
         self.client_extra = client_extra or {}
+        self.server_extra = server_extra or {}
         self.tunnel = tunnel
         self.binary = binary or multihome_binary()
         self.dir = lab.dir
@@ -240,6 +242,7 @@ class Topology:
                 "mtu": TUN_MTU,
                 "uplink": "up0",
                 "control_socket": str(self.sockets["server"]),
+                **self.server_extra,
             },
             "peer": [
                 {

@@ -5,7 +5,9 @@ Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTC
 mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``aggregate`` (one TCP
 flow over unequal links and trace pairs: goodput against the summed rate, RTT, reorder; issue
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
-issue 6), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+issue 6), ``copies-cpu`` (VoIP streams through ``redundant`` copies: daemon CPU per packet
+and loss against packets/s, user-space copies vs the kernel fast path vs plain routing;
+issue 17), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, crosscheck, failover, overhead, simult_flows
+from lab.bench import aggregate, copies_cpu, crosscheck, failover, overhead, simult_flows
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck")
+SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck", "copies-cpu")
 
 
 def main() -> int:
@@ -39,11 +41,24 @@ def main() -> int:
     parser.add_argument(
         "--seconds",
         type=float,
-        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30)",
+        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
+        "copies-cpu: seconds per point (default 5)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
+    )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        nargs="*",
+        help="copies-cpu: full-duplex streams per point (default 1 10 50 100 200 300 400 600 800)",
+    )
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="copies-cpu: RPS on every veth to CPU 1, daemons pinned to CPU 0 (the veth "
+        "peers' receive processing off the daemons, at the price of an IPI per hand-over)",
     )
     args = parser.parse_args()
     suites = SUITES if args.suite == "all" else (args.suite,)
@@ -57,6 +72,12 @@ def main() -> int:
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
+        elif suite == "copies-cpu":
+            copies_cpu.main(
+                streams=tuple(args.streams or copies_cpu.STREAMS),
+                seconds=args.seconds or copies_cpu.SECONDS,
+                isolate=args.isolate,
+            )
         else:
             failover.main(runs=args.runs or 3)
     return 0

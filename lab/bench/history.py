@@ -68,6 +68,11 @@ COMMANDS = {
     "race-eval-wireless-wireless": (
         f"{PY} -m lab.race.experiment --config wireless-wireless --live"
     ),
+    "race-eval-cellular": f"{PY} -m lab.race.traces --config cellular",
+    "race-eval-cellular-upload": f"{PY} -m lab.race.traces --config cellular-upload",
+    "race-eval-dsl-cellular": f"{PY} -m lab.race.traces --config dsl-cellular",
+    "race-eval-dsl-cellular-upload": f"{PY} -m lab.race.traces --config dsl-cellular-upload",
+    "race-eval-5gophers": f"{PY} -m lab.race.traces --config 5gophers",
     "sim-bench": (
         "cargo run --profile bench-speed -p multihome-sim -- bench --sessions 1000 --seconds 60"
         " --out sim/results/bench"

@@ -153,6 +153,18 @@ def _detour_relay(d: dict) -> list[tuple[str, dict]]:
     return [(mode, _figs(d[mode], keys)) for mode in ("nat", "tunnel") if mode in d]
 
 
+def _copies_cpu(d: dict) -> list[tuple[str, dict]]:
+    summ = d["summary"]
+    out = []
+    for mode, cpu in summ.get("cpu_us_per_packet", {}).items():
+        f = {f"cpu_us_per_packet_{pps}pps": us for pps, us in cpu.items()}
+        f["loss_onset_pps"] = summ["loss_onset_pps"].get(mode)
+        out.append((mode, f))
+    ratios = {k: _r(v) for k, v in summ.items() if k.startswith("kernel_to_user") and "_m" in k}
+    ratios["plain_loss_onset_pps"] = summ["loss_onset_pps"].get("plain")
+    return [*out, ("ratios", ratios)]
+
+
 def _crosscheck(d: dict) -> list[tuple[str, dict]]:
     keys = ("lab_goodput_mbps", "sim_goodput_mbps", "ratio_sim_to_lab", "within_tolerance")
     keys += ("lab_retransmissions", "sim_retransmissions")
@@ -218,6 +230,7 @@ EXTRACT = {
     "race-bench": _race_bench,
     "race-eval": _race_eval,
     "detour-relay": _detour_relay,
+    "copies-cpu": _copies_cpu,
 }
 
 

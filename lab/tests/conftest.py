@@ -3,8 +3,8 @@
 Invariants: every test that touches the network gets a fresh :class:`Lab` whose namespaces and
 processes are gone after the test, pass or fail; on failure the daemon and tool logs are
 attached to the report. Tests never skip for lack of root or binary — CI must run them — so a
-missing binary is built with ``cargo build --release -p multihome`` (or ``-p linkem``) once per
-session.
+missing binary is built with ``cargo build --release -p multihome`` (or ``-p linkem``,
+``-p voipgen``) once per session.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from lab.linkem import linkem_binary
 from lab.netns import REPO_ROOT, Lab
 from lab.topology import multihome_binary
+from lab.voip import voipgen_binary
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +48,12 @@ def _built(path: Path, package: str) -> Path:
 def multihome_bin(root: None) -> Path:
     """The release binary; built once if it is missing."""
     return _built(multihome_binary(), "multihome")
+
+
+@pytest.fixture(scope="session")
+def voipgen_bin(root: None) -> Path:
+    """The VoIP load generator's release binary ($VOIPGEN_BIN or target/release/voipgen)."""
+    return _built(voipgen_binary(), "voipgen")
 
 
 @pytest.fixture(scope="session")

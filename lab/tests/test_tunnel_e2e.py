@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.netns import Lab, LabError, tool_cmd
-from lab.topology import OUTSIDER_PREFIX, LinkSpec, Topology, link_ip
+from lab.netns import Lab, LabError, Namespace, tool_cmd
+from lab.topology import ORIGIN, OUTSIDER_PREFIX, LinkSpec, Topology, link_ip
 from lab.traffic import parse_result
+from lab.voip import voip_calls
 
 FAST, SLOW = 100.0, 50.0  # Mbit/s, tbf on both directions of each link
 MIB_BITS = 8 * (1 << 20)
@@ -401,3 +402,85 @@ def test_kernel_fast_path_copies_and_cleans_up(lab: Lab, multihome_bin: Path) ->
     assert topo.cli.run(["nft", "list", "tables"]).stdout.count("multihome_dup") == 1
     assert topo.daemons["client"].stop() == 0
     assert dup_table(topo) is None
+
+
+def server_dup_table(topo: Topology) -> str | None:
+    """The server's kernel fast-path table (``ip multihome_dup_server``), or None."""
+    res = topo.srv.run(["nft", "list", "table", "ip", "multihome_dup_server"], check=False)
+    return res.stdout if res.returncode == 0 else None
+
+
+def tx_packets(ns: Namespace, dev: str) -> int:
+    return int(ns.run(["cat", f"/sys/class/net/{dev}/statistics/tx_packets"]).stdout)
+
+
+def copy_port(table: str) -> str:
+    """The copy socket's port the table matches (``udp sport <port> udp sport set``)."""
+    m = re.search(r"udp sport (\d+) udp sport set", table)
+    assert m, table
+    return m.group(1)
+
+
+def test_server_kernel_fast_path_copies_and_cleans_up(
+    lab: Lab, multihome_bin: Path, voipgen_bin: Path
+) -> None:
+    """`[server] kernel_copies = true`: a downstream `redundant` packet (`redundant_copies =
+    2`) is sealed once and the kernel copies it onto the session's other path, addressed to
+    the client's socket on that link (nftables `dup` after rewriting the headers); the table
+    follows the session's paths, is gone after a clean exit, left by a SIGKILL and replaced
+    (one table, the new copy socket's port) by the next start, gone after that one's exit.
+
+    Two full-duplex voice streams of 250 packets each way (500 per direction) with link 0
+    dropping 30 % each way: nothing is lost downstream, as link 1 carries a copy of every
+    packet (a packet is lost only if both copies are; link 1 loses none). Bounds: the server
+    seals ≥ 0.8 × 500 packets once for the kernel to copy (one sent while link 0 is judged
+    Down goes alone, as in the client's test); link 1 carries ≥ 0.8 × 500 datagrams
+    downstream (the copies; the daemon's own counters omit them, the device counts them) and
+    link 0 ≥ 0.5 × 500 (70 % of the originals and copies get through its egress drop);
+    the client's replay window refuses the later copy of every packet both links delivered,
+    ≥ 0.4 × 500 (0.7 of them).
+    """
+    rule = {"name": "voice", "protocol": "udp", "ports": "5004", "policy": "redundant"}
+    rule["copies"] = 2
+    server_extra = {"kernel_copies": True, "redundant_copies": 2}
+    topo = two_links(lab, multihome_bin, "best", rules=[rule], server_extra=server_extra)
+    table = server_dup_table(topo)
+    assert table is not None and " dup to " not in table, table
+    topo.veths[0].loss(30)
+    before = {dev: tx_packets(topo.srv, dev) for dev in ("l0", "l1")}
+    res = voip_calls(topo.lan, topo.org, ORIGIN, streams=2, count=250, binary=voipgen_bin)
+    sent = {dev: tx_packets(topo.srv, dev) - n for dev, n in before.items()}
+    client, server = topo.counters("client"), topo.counters("server")
+    table = server_dup_table(topo)
+    print(res, sent, server["tx_kernel_copies"], client["rx_replayed"], table)
+    assert res.down["lost"] == 0 and res.down["duplicates"] == 0, res
+    assert table is not None and table.count(" dup to ") == 2, table
+    assert server["tx_kernel_copies"] >= 0.8 * 500, server
+    assert sent["l1"] >= 0.8 * 500 and sent["l0"] >= 0.5 * 500, sent
+    assert client["rx_replayed"] >= 0.4 * 500, client
+    # Clean exit: the table goes with the daemon.
+    assert topo.daemons["server"].stop() == 0
+    assert server_dup_table(topo) is None
+    # A crash leaves it; the next start replaces it with its own copy socket's port.
+    before_table = restart_server(topo)
+    topo.daemons["server"].stop(signal.SIGKILL)
+    assert server_dup_table(topo) == before_table, "SIGKILL: nothing removed it"
+    after = restart_server(topo)
+    assert copy_port(after) != copy_port(before_table), (before_table, after)
+    assert topo.srv.run(["nft", "list", "tables"]).stdout.count("multihome_dup_server") == 1
+    assert topo.daemons["server"].stop() == 0
+    assert server_dup_table(topo) is None
+
+
+def restart_server(topo: Topology) -> str:
+    """Start the server again; return its fast-path table once it is installed."""
+    topo.daemons["server"] = topo._daemon(topo.srv, "server", topo.dir / "server.toml")
+    deadline = time.monotonic() + 15
+    old = server_dup_table(topo)
+    while time.monotonic() < deadline:
+        table = server_dup_table(topo)
+        if table is not None and table != old:
+            return table
+        topo._check_alive("server")
+        time.sleep(0.05)
+    raise LabError(f"the restarted server installed no table\n{topo.logs()}")

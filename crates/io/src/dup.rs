@@ -53,10 +53,16 @@ pub struct KernelCopies {
 impl KernelCopies {
     /// Installs (or replaces) table `ip table` for `links`.
     pub fn install(table: &str, links: &[DupLink]) -> Result<KernelCopies, NatError> {
-        let text = ruleset(table, links)?;
+        KernelCopies::install_ruleset(table, &ruleset(table, links)?)
+    }
+
+    /// Installs `text`, a ruleset that declares, deletes and redefines `ip table` (as
+    /// [`ruleset`] and `dup_server::ruleset` write it), so a leftover is replaced.
+    pub fn install_ruleset(table: &str, text: &str) -> Result<KernelCopies, NatError> {
+        check_name("table name", table, 64)?;
         nft(
             &["-f", "-"],
-            Some(&text),
+            Some(text),
             &format!("install table ip {table}"),
         )?;
         Ok(KernelCopies {
@@ -66,12 +72,21 @@ impl KernelCopies {
 
     /// Replaces the rules (links rebound, addresses changed).
     pub fn update(&self, links: &[DupLink]) -> Result<(), NatError> {
-        let text = ruleset(&self.table, links)?;
+        self.update_ruleset(&ruleset(&self.table, links)?)
+    }
+
+    /// Replaces the table by `text` (a ruleset of the same table, as for install).
+    pub fn update_ruleset(&self, text: &str) -> Result<(), NatError> {
         nft(
             &["-f", "-"],
-            Some(&text),
+            Some(text),
             &format!("replace table ip {}", self.table),
         )
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
     }
 
     /// Removes the table now, reporting failure (drop does the same but can only log).

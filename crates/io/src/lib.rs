@@ -10,6 +10,7 @@
 //!   `recvmmsg`/`sendmmsg` I/O;
 //! - [`netlink`]: link/address change notifications and link, address and route changes;
 //! - [`nat`]: the server's nftables masquerade;
+//! - [`dup`], [`dup_server`]: the kernel fast path for redundant copies (client, server);
 //! - [`detour`]: the relay's nftables DNAT + SNAT per detour (`multihome relay`);
 //! - [`mptcp`]: kernel MPTCP's userspace path manager (events, subflow create/destroy);
 //! - [`sysctl`]: reading and writing `/proc/sys` (IP forwarding);
@@ -24,6 +25,7 @@
 
 pub mod detour;
 pub mod dup;
+pub mod dup_server;
 pub mod mptcp;
 pub mod nat;
 pub mod netlink;

@@ -98,6 +98,7 @@ fn cores() -> (Client, Server) {
             }],
             session: SessionConfig::default(),
             default_policy: Policy::Aggregate,
+            downstream_copies: None,
             ciphers: CipherSet::ALL,
         },
         1,

@@ -106,6 +106,9 @@ pub struct ServerSection {
     pub cipher: Option<Spanned<String>>,
     pub hold_max_mb: Option<Spanned<u64>>,
     pub hold_max_s: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub kernel_copies: bool,
+    pub redundant_copies: Option<Spanned<u8>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -56,6 +56,11 @@ pub struct ServerSettings {
     /// Store-and-forward: most bytes held per client, and for how long, while it has no
     /// live path.
     pub hold: (usize, Duration),
+    /// Kernel fast path for downstream `redundant` copies (nftables `dup`;
+    /// `multihome_io::dup_server`).
+    pub kernel_copies: bool,
+    /// Copies of a downstream `redundant` packet (`redundant_copies`; adaptive if unset).
+    pub redundant_copies: Option<u8>,
 }
 
 /// Default control socket of the server.
@@ -130,5 +135,16 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         ciphers: parse_cipher(src, s.cipher.as_ref())?,
         peers,
         hold: parse_hold(src, s.hold_max_mb.as_ref(), s.hold_max_s.as_ref())?,
+        kernel_copies: s.kernel_copies,
+        redundant_copies: match &s.redundant_copies {
+            Some(c) if *c.get_ref() == 0 => {
+                return Err(src.err(
+                    c.span().start,
+                    "redundant_copies = 0",
+                    "use 1 or more, or omit it for adaptive copies",
+                ))
+            }
+            c => c.as_ref().map(|c| *c.get_ref()),
+        },
     })
 }

@@ -93,6 +93,30 @@ fn server_config() {
     .unwrap();
     assert_eq!(s.peers[0].allowed_ips.len(), 2);
     assert_eq!(s.uplink, Some(("eth0".into(), 5)));
+    assert!(
+        !s.kernel_copies,
+        "the server's fast path is off unless asked"
+    );
+    assert_eq!(s.redundant_copies, None, "adaptive unless asked");
+    let on = t.replace(
+        "uplink = ",
+        "kernel_copies = true\nredundant_copies = 3\nuplink = ",
+    );
+    let on = server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &on,
+    })
+    .unwrap();
+    assert!(on.kernel_copies);
+    assert_eq!(on.redundant_copies, Some(3));
+    let zero = t.replace("uplink = ", "redundant_copies = 0\nuplink = ");
+    let e = server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &zero,
+    })
+    .unwrap_err();
+    assert!(e.message.contains("redundant_copies = 0"), "{e}");
+    assert_eq!(e.line, 5, "{e}");
     let no_ips = t.replace(
         "allowed_ips = [\"10.200.0.2/32\", \"192.168.50.0/24\"]\n",
         "",

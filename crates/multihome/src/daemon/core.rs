@@ -27,7 +27,8 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing {
     /// The socket's number in the bind (client: the link's `PathId`, also for a detour path
-    /// over that link, plus the number of links for the link's copy socket; server: 0).
+    /// over that link, plus the number of links for the link's copy socket; server: 0, 1
+    /// for its copy socket).
     pub socket: usize,
     /// Destination.
     pub dst: SocketAddr,
@@ -194,7 +195,8 @@ impl Core for Server {
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Outgoing> {
         Server::poll_transmit(self, now, buf).map(|t| Outgoing {
-            socket: 0,
+            // The copy socket (`ListenBind`), where the kernel copies the datagram.
+            socket: usize::from(t.kernel_copies),
             dst: t.dst,
             len: t.len,
         })

@@ -315,9 +315,12 @@ impl DatagramBind for LinkBind {
     }
 }
 
-/// The server's one socket, shared by all clients (number 0).
+/// The server's one socket, shared by all clients (number 0), and with the kernel fast
+/// path its copy socket (number 1, `multihome_io::dup_server`): what leaves it is copied
+/// onto the session's other paths by the kernel. Never read: replies come to the first.
 pub struct ListenBind {
     sock: AsyncFd<LinkSocket>,
+    copy: Option<AsyncFd<LinkSocket>>,
     bufs: Vec<RecvBuf>,
 }
 
@@ -326,8 +329,26 @@ impl ListenBind {
     pub fn new(sock: AsyncFd<LinkSocket>) -> Self {
         ListenBind {
             sock,
+            copy: None,
             bufs: recv_bufs(),
         }
+    }
+
+    /// Also sends from `copy` what the kernel is to copy.
+    pub fn with_copy_socket(mut self, copy: AsyncFd<LinkSocket>) -> Self {
+        self.copy = Some(copy);
+        self
+    }
+
+    /// The listening socket's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.get_ref().local_addr()
+    }
+
+    /// The copy socket's port, if there is one.
+    pub fn copy_port(&self) -> Option<u16> {
+        let c = self.copy.as_ref()?;
+        c.get_ref().local_addr().ok().map(|a| a.port())
     }
 }
 
@@ -343,8 +364,13 @@ impl DatagramBind for ListenBind {
         recv_on(&self.sock, &mut self.bufs, f)
     }
 
-    fn send(&mut self, _sock: usize, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-        self.sock.get_ref().send_batch(msgs)
+    fn send(&mut self, sock: usize, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+        // Socket 1 is the copy socket, or the listening one without it (then no copies).
+        let s = match (sock, &self.copy) {
+            (1, Some(c)) => c,
+            _ => &self.sock,
+        };
+        s.get_ref().send_batch(msgs)
     }
 
     fn send_failed(&mut self, _sock: usize, e: &io::Error) -> bool {

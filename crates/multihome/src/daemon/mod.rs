@@ -23,6 +23,7 @@ pub mod core;
 pub mod detours;
 pub mod driver;
 pub mod fastpath;
+pub mod fastpath_server;
 pub mod io;
 pub mod mem;
 pub mod mptcp;

@@ -1,8 +1,11 @@
 //! `multihome server`: set-up of one UDP socket for all clients, a TUN device, routes to
 //! the peers' prefixes, NAT to the uplink and the `multihome_proto::Server` core, then
-//! [`super::driver::Driver`] runs them. The NAT rules live exactly as long as the loop.
+//! [`super::driver::Driver`] runs them. The NAT rules and the kernel fast path's table
+//! ([`super::fastpath_server`], which is also the loop's watch) live exactly as long as the
+//! loop.
 
-use super::driver::{Driver, NoWatch, Services};
+use super::driver::{Driver, Services};
+use super::fastpath_server::ServerFastPath;
 use super::io::ListenBind;
 use super::{block_on, register, setup_tun, shutdown_signal, Clock};
 use crate::config::{self, ConfigError, ServerSettings, Source};
@@ -11,6 +14,7 @@ use anyhow::{Context, Result};
 use multihome_io::udp::LinkSocket;
 use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig};
 use multihome_proto::session::SessionConfig;
+use std::net::SocketAddr;
 use std::path::Path;
 
 /// Loads and checks the config, then runs until SIGINT/SIGTERM.
@@ -54,10 +58,17 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         metrics: super::bind_metrics(s.metrics_listen).await?,
     };
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
-    let mut driver = Driver::new(core, tun, ListenBind::new(sock), clock);
-    driver
-        .run(&services, &mut NoWatch, shutdown_signal())
-        .await?;
+    let mut bind = ListenBind::new(sock);
+    if s.kernel_copies {
+        // Same address, its own port: the fast path's rules match on the port.
+        let at = SocketAddr::new(s.listen.ip(), 0);
+        let copy = LinkSocket::bind(None, at).context("binding the copy socket")?;
+        bind = bind.with_copy_socket(register(copy)?);
+    }
+    // Removes the fast path's table when dropped, at the end of this function.
+    let mut fast = ServerFastPath::start(s.kernel_copies, &bind)?;
+    let mut driver = Driver::new(core, tun, bind, clock);
+    driver.run(&services, &mut fast, shutdown_signal()).await?;
     tracing::info!("shutting down (removing NAT)");
     Ok(())
 }
@@ -95,9 +106,11 @@ fn server_config(s: &ServerSettings, key: multihome_proto::crypto::StaticSecret)
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
             hold_max_bytes: s.hold.0,
             hold_max_age: s.hold.1,
+            kernel_copies: s.kernel_copies,
             ..SessionConfig::default()
         },
         default_policy: s.default_policy,
+        downstream_copies: s.redundant_copies,
         ciphers: s.ciphers,
     }
 }

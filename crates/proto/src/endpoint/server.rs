@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub session: SessionConfig,
     /// Policy for downstream flows the client has not used yet.
     pub default_policy: Policy,
+    /// Copies of a downstream `redundant` packet: a fixed number instead of the adaptive
+    /// choice (the client's `copies` is not carried on the wire, §8.5).
+    pub downstream_copies: Option<u8>,
     /// Data ciphers we accept (`CipherSet::hardware()` unless configured).
     pub ciphers: CipherSet,
 }
@@ -286,7 +289,12 @@ impl Server {
         let default = self.cfg.default_policy;
         match self.peers[pi].session.as_mut() {
             Some(s) => {
-                let policy = s.learned_policy(packet).unwrap_or(default);
+                let policy = match s.learned_policy(packet).unwrap_or(default) {
+                    Policy::Redundant { copies: None } => Policy::Redundant {
+                        copies: self.cfg.downstream_copies,
+                    },
+                    p => p,
+                };
                 s.send_packet(now, packet, policy);
                 self.timers.get_mut().touch(pi);
                 self.tx_ready.insert(pi);

@@ -245,6 +245,7 @@ fn build_server(
             peers,
             session,
             default_policy,
+            downstream_copies: None,
             // What the daemon would pick on this machine. Results do not depend on it (both
             // ciphers add the same 16-byte tag); only the wall time of a run does.
             ciphers: CipherSet::hardware(),

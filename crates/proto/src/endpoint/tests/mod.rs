@@ -178,6 +178,7 @@ impl Pair {
             }],
             session,
             default_policy: policy,
+            downstream_copies: None,
             ciphers: ciphers.1,
         };
         let server = Server::new(server_cfg.clone(), seed);
