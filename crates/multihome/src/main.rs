@@ -1,4 +1,5 @@
-//! `multihome`: the command-line entry point (keygen, client, server, race, relay, status).
+//! `multihome`: the command-line entry point (keygen, client, server, race, relay,
+//! mptcp-detours, status).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -47,6 +48,12 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Add subflows through relays to this host's kernel MPTCP connections.
+    MptcpDetours {
+        /// Path of mptcp-detours.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Show sessions and links of a running client or server.
     Status {
         /// Control socket (default: the client's, else the server's).
@@ -90,6 +97,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Server { config } => daemon::server::run(&config),
         Cmd::Race(args) => multihome_race::daemon::run(args),
         Cmd::Relay { config } => multihome_relay::run(&config),
+        Cmd::MptcpDetours { config } => daemon::mptcp::run(&config),
         Cmd::Status { socket, json } => status::query(socket, json),
     }
 }

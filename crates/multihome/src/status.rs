@@ -199,6 +199,9 @@ pub fn render(v: &Value) -> String {
     if v["role"] == "race" {
         return multihome_race::daemon::status::render(v);
     }
+    if v["role"] == "mptcp-detours" {
+        return crate::daemon::mptcp::render(v);
+    }
     let mut out = String::new();
     let o = &mut out;
     // Writing to a String cannot fail.

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod detours;
+pub mod mptcp;
 mod raw;
 pub mod server;
 

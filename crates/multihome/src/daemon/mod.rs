@@ -8,6 +8,8 @@
 //! - [`detours`]: the client's detour paths through relays (carrying out the sans-IO
 //!   path manager's decisions);
 //! - [`mem`]: in-memory devices and binds (tests, load generation);
+//! - [`mptcp`]: `multihome mptcp-detours`, subflows through relays for kernel MPTCP
+//!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
 //!
@@ -24,6 +26,7 @@ pub mod fastpath;
 pub mod fastpath_server;
 pub mod io;
 pub mod mem;
+pub mod mptcp;
 pub mod server;
 
 use anyhow::{Context, Result};
