@@ -5,7 +5,10 @@ Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTC
 mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``aggregate`` (one TCP
 flow over unequal links and trace pairs: goodput against the summed rate, RTT, reorder; issue
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
-issue 6), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+issue 6), ``detours`` (Brennan's detour experiments: slide-33 network, kernel MPTCP, multihome
+and plain TCP with and without a detour; issue 15), ``detour-relay`` (what forwarding a detour
+costs the relay's CPU; issue 15), ``all``. Needs root; builds its own namespaces and removes
+them, even after a failure.
 """
 
 from __future__ import annotations
@@ -13,9 +16,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, crosscheck, failover, overhead, simult_flows
+from lab.bench import (
+    aggregate,
+    crosscheck,
+    detour_relay,
+    detours,
+    failover,
+    overhead,
+    simult_flows,
+)
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck")
+SUITES = (
+    "simult-flows",
+    "overhead",
+    "failover",
+    "aggregate",
+    "crosscheck",
+    "detours",
+    "detour-relay",
+)
 
 
 def main() -> int:
@@ -29,7 +48,8 @@ def main() -> int:
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'",
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; detours: "
+        "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay)",
     )
     parser.add_argument(
         "--scheduler",
@@ -39,7 +59,15 @@ def main() -> int:
     parser.add_argument(
         "--seconds",
         type=float,
-        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30)",
+        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
+        "detours, detour-relay: seconds per run (default 20, 10)",
+    )
+    parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
+    parser.add_argument(
+        "--mechanisms",
+        nargs="*",
+        choices=detours.MECHANISMS,
+        help="detours: only these mechanisms",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     parser.add_argument(
@@ -55,6 +83,12 @@ def main() -> int:
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
+        elif suite == "detours":
+            detours.main(
+                seconds=args.seconds, only=args.cases, quick=args.quick, mechanisms=args.mechanisms
+            )
+        elif suite == "detour-relay":
+            detour_relay.main(["--seconds", str(args.seconds or 10)])
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
         else:

@@ -153,6 +153,20 @@ def _detour_relay(d: dict) -> list[tuple[str, dict]]:
     return [(mode, _figs(d[mode], keys)) for mode in ("nat", "tunnel") if mode in d]
 
 
+def _detours(d: dict) -> list[tuple[str, dict]]:
+    """One record per scenario and congestion control: goodput per mechanism, the pass
+    ratios of issue 15 (``pass.<check>``)."""
+    out = []
+    for case, per_cc in d["table"].items():
+        for cc, t in per_cc.items():
+            f = {f"{m}.goodput_mbps": _r(v) for m, v in t["goodput_mbps"].items()}
+            for p in d["pass"]:
+                if p["case"] == case and p["cc"] == cc and p["ratio"] is not None:
+                    f[f"pass.{p['check']}"] = _r(p["ratio"])
+            out.append((f"{case} {cc}", f))
+    return out
+
+
 def _crosscheck(d: dict) -> list[tuple[str, dict]]:
     keys = ("lab_goodput_mbps", "sim_goodput_mbps", "ratio_sim_to_lab", "within_tolerance")
     keys += ("lab_retransmissions", "sim_retransmissions")
@@ -218,6 +232,7 @@ EXTRACT = {
     "race-bench": _race_bench,
     "race-eval": _race_eval,
     "detour-relay": _detour_relay,
+    "detours": _detours,
 }
 
 

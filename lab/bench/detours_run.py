@@ -1,0 +1,215 @@
+"""One measured upload through one mechanism of the ``detours`` suite (lab/bench/detours.py).
+
+Role: set up what a mechanism needs on the slide-33 network (lab/bench/detours_topology.py),
+run one bulk upload client -> server for a fixed time with :mod:`lab.tools.bidixfer` (the same
+tool for every mechanism: iperf3 3.12 here cannot open MPTCP sockets and there is no
+``mptcpize``), tear it down, and return the goodput with what explains it: bytes each linkem
+link delivered and dropped, the sender's retransmissions, kernel MPTCP's join counters, and
+for multihome the bytes each of its paths carried and the detour manager's state.
+
+Mechanisms (Brennan's slide 35, with multihome in place of his MPTCP path manager):
+
+- ``mptcp``: kernel MPTCP with no detour (one subflow, the seed's "1-Subflow");
+- ``mptcp+nat``: kernel MPTCP + NAT detour through ``multihome mptcp-detours`` (the seed's
+  "NAT"); reported as not available when the binary has no such subcommand;
+- ``multihome+nat`` / ``multihome+tunnel``: multihome ``aggregate`` with one link and one
+  detour of that mode through ``multihome relay`` on the detour host (the seed's "NAT" and
+  "VPN");
+- ``tcp``: plain TCP over the default route; ``tcp(nat)``: plain TCP to the detour, whose
+  kernel NATs it to the server (nftables DNAT + masquerade, the relay's NAT rule for TCP).
+
+Invariants: goodput = bytes the server received / the server's transfer time (accept to the
+client's EOF); every counter is a delta of snapshots taken around the transfer; a failed run
+returns its error and the suite goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+
+import tomli_w
+
+from lab import mptcp
+from lab.bench.aggregate_run import snmp
+from lab.bench.detours_topology import (
+    DETOUR,
+    DETOUR_PATH,
+    SERVER,
+    TUN_SERVER,
+    DetourLab,
+)
+from lab.netns import LabError, Proc, tool_cmd
+from lab.traffic import parse_result, wait_listening
+
+MECHANISMS = ("mptcp", "mptcp+nat", "multihome+nat", "multihome+tunnel", "tcp", "tcp(nat)")
+LABELS = {
+    "mptcp": "MPTCP\n1 subflow",
+    "mptcp+nat": "MPTCP\n+ NAT detour",
+    "multihome+nat": "multihome\n+ NAT detour",
+    "multihome+tunnel": "multihome\n+ tunnel detour",
+    "tcp": "TCP",
+    "tcp(nat)": "TCP (NAT)",
+}
+SENDER_COUNTERS = ("Tcp:OutSegs", "Tcp:RetransSegs", "TcpExt:TCPTimeouts")
+MPTCP_DETOURS_CMD = "mptcp-detours"
+
+
+def unavailable(dlab: DetourLab, mech: str) -> str | None:
+    """Why ``mech`` cannot run with this binary, or None."""
+    if mech != "mptcp+nat":
+        return None
+    out = subprocess.run([str(dlab.binary), "--help"], capture_output=True, text=True, check=False)
+    if MPTCP_DETOURS_CMD not in out.stdout:
+        return f"not available: `multihome {MPTCP_DETOURS_CMD}` is not in {dlab.binary}"
+    return None
+
+
+def start_mptcp_detours(dlab: DetourLab) -> Proc:
+    """``multihome mptcp-detours`` in the client with the detour host as its one NAT relay.
+
+    The config mirrors client.toml's detour keys (``detours``, ``[[relay]]``); the other
+    half of the mechanism lives in that subcommand (kernel userspace path manager).
+    """
+    dlab.start_relay()
+    cfg = {
+        "mptcp_detours": {"private_key_file": "client.key", "detours": 1},
+        "relay": [dlab.relay_entry("nat")],
+    }
+    path = dlab.dir / "mptcp-detours.toml"
+    path.write_text(tomli_w.dumps(cfg))
+    cmd = [str(dlab.binary), MPTCP_DETOURS_CMD, "--config", str(path)]
+    proc = dlab.ns("client").spawn(cmd, "mptcp-detours")
+    time.sleep(1.0)
+    if not proc.alive():
+        raise LabError(f"multihome {MPTCP_DETOURS_CMD} exited:\n{proc.tail()}")
+    return proc
+
+
+def _links_delta(before: dict, after: dict) -> dict:
+    """Per link and direction: delivered bytes and frames dropped by loss and by the queue."""
+    out = {}
+    for k, st in after.items():
+        out[str(k)] = {
+            d: {
+                "delivered_bytes": st[d]["delivered"]["bytes"] - before[k][d]["delivered"]["bytes"],
+                "dropped_loss": st[d]["dropped_loss"]["frames"]
+                - before[k][d]["dropped_loss"]["frames"],
+                "dropped_queue": st[d]["dropped_queue"]["frames"]
+                - before[k][d]["dropped_queue"]["frames"],
+            }
+            for d in ("a2b", "b2a")
+        }
+    return out
+
+
+def _paths(status: dict) -> dict[str, dict]:
+    sess = (status.get("sessions") or [{}])[0]
+    keys = ("state", "tx_bytes", "rx_bytes", "srtt_ms", "min_rtt_ms", "delivery_rate_bps")
+    return {lk["name"]: {k: lk.get(k) for k in keys} for lk in sess.get("links", [])}
+
+
+def multihome_view(before: dict, after: dict) -> dict:
+    """Bytes each path sent during the run, the paths' end state, the detour manager."""
+    b, a = _paths(before), _paths(after)
+    sent = {n: (p["tx_bytes"] or 0) - (b.get(n, {}).get("tx_bytes") or 0) for n, p in a.items()}
+    total = sum(sent.values())
+    return {
+        "path_tx_bytes": sent,
+        "detour_share": sent.get(DETOUR_PATH, 0) / total if total else None,
+        "paths_end": a,
+        "detours": after.get("detours"),
+    }
+
+
+def _transfer(dlab: DetourLab, host: str, cc: str, seconds: float, port: int, *, mp: bool) -> dict:
+    common = ["--port", str(port), "--cc", cc, "--stall-timeout", f"{30 + seconds:g}"]
+    if mp:
+        common.append("--mptcp")
+    server = dlab.ns("server").spawn(tool_cmd("bidixfer", "server", *common), f"bx{port}")
+    wait_listening(server)
+    args = ["--host", host, *common, "--send-seconds", str(seconds)]
+    client = dlab.ns("client").spawn(tool_cmd("bidixfer", "client", *args), f"bxc{port}")
+    out: dict = {}
+    try:
+        client.wait(seconds + 90)
+        server.wait(15)
+        out["client"], out["server"] = parse_result(client), parse_result(server)
+    except LabError as exc:
+        for proc in (client, server):
+            proc.stop()
+        out["error"] = str(exc)[-600:]
+        for name, proc in (("client", client), ("server", server)):
+            with contextlib.suppress(LabError):
+                out[name] = parse_result(proc)
+    return out
+
+
+def _setup(dlab: DetourLab, mech: str, extra: list[Proc]) -> tuple[str, bool, dict | None]:
+    """Bring ``mech`` up; return (address to connect to, MPTCP socket, multihome status)."""
+    if mech == "tcp":
+        return SERVER, False, None
+    if mech == "tcp(nat)":
+        dlab.nat_tcp(True)
+        return DETOUR, False, None
+    if mech == "mptcp":
+        return SERVER, True, None
+    if mech == "mptcp+nat":
+        extra.append(start_mptcp_detours(dlab))
+        return SERVER, True, None
+    return TUN_SERVER, False, dlab.start_multihome(mech.split("+")[1])
+
+
+def _teardown(dlab: DetourLab, mech: str, extra: list[Proc]) -> dict:
+    out: dict = {}
+    if mech == "tcp(nat)":
+        dlab.nat_tcp(False)
+    for proc in extra:
+        out["helper_rc"] = proc.stop()
+        out["helper_log"] = proc.tail(30)
+    if mech.startswith("multihome"):
+        out["exit_codes"] = dlab.stop_multihome()
+    return out
+
+
+def measure(dlab: DetourLab, mech: str, cc: str, seconds: float, port: int) -> dict:
+    """One upload of ``seconds`` through ``mech``; never raises for the mechanism's faults."""
+    rec: dict = {"mechanism": mech, "cc": cc}
+    why = unavailable(dlab, mech)
+    if why:
+        return rec | {"unavailable": why}
+    extra: list[Proc] = []
+    try:
+        host, mp, mh0 = _setup(dlab, mech, extra)
+        links0, snd0, mp0 = (
+            dlab.link_stats(),
+            snmp(dlab.ns("client")),
+            mptcp.counters(dlab.ns("server")),
+        )
+        if mh0 is not None:
+            mh0 = dlab.status("client")
+        res = _transfer(dlab, host, cc, seconds, port, mp=mp)
+        snd1 = snmp(dlab.ns("client"))
+        rec["links"] = _links_delta(links0, dlab.link_stats())
+        rec["sender_tcp"] = {k: snd1.get(k, 0) - snd0.get(k, 0) for k in SENDER_COUNTERS}
+        rec["mptcp_counters"] = mptcp.joined(mp0, mptcp.counters(dlab.ns("server")))
+        if mh0 is not None:
+            rec["multihome"] = multihome_view(mh0, dlab.status("client"))
+    except LabError as exc:
+        rec["error"] = str(exc)[-1500:]
+        res = {}
+    finally:
+        rec |= _teardown(dlab, mech, extra)
+    rx = res.get("server", {})
+    secs = rx.get("seconds")
+    rec["received_bytes"] = rx.get("received", 0)
+    rec["seconds"] = secs
+    rec["goodput_mbps"] = rx.get("received", 0) * 8 / secs / 1e6 if secs else 0.0
+    tl, bin_s = rx.get("timeline", []), rx.get("bin_ms", 100) / 1000
+    skip = int(2 / bin_s)
+    if secs and secs > 3 and len(tl) > skip:
+        rec["goodput_after_2s_mbps"] = (rx["received"] - tl[skip - 1]) * 8 / (secs - 2) / 1e6
+    if res.get("error") or rx.get("error"):
+        rec["error"] = rec.get("error") or res.get("error") or rx.get("error")
+    return rec
