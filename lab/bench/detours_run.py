@@ -16,7 +16,9 @@ Mechanisms (Brennan's slide 35, with multihome in place of his MPTCP path manage
   detour of that mode through ``multihome relay`` on the detour host (the seed's "NAT" and
   "VPN");
 - ``tcp``: plain TCP over the default route; ``tcp(nat)``: plain TCP to the detour, whose
-  kernel NATs it to the server (nftables DNAT + masquerade, the relay's NAT rule for TCP).
+  kernel NATs it to the server (nftables DNAT + masquerade, the relay's NAT rule for TCP);
+- ``multihome``: multihome with its one link and no relay, a reference that is not in the
+  seed: the tunnel's own cost on the default route, so that a detour's cost can be told apart.
 
 Invariants: goodput = bytes the server received / the server's transfer time (accept to the
 client's EOF); every counter is a delta of snapshots taken around the transfer; a failed run
@@ -43,7 +45,15 @@ from lab.bench.detours_topology import (
 from lab.netns import LabError, Proc, tool_cmd
 from lab.traffic import parse_result, wait_listening
 
-MECHANISMS = ("mptcp", "mptcp+nat", "multihome+nat", "multihome+tunnel", "tcp", "tcp(nat)")
+MECHANISMS = (
+    "mptcp",
+    "mptcp+nat",
+    "multihome+nat",
+    "multihome+tunnel",
+    "tcp",
+    "tcp(nat)",
+    "multihome",
+)
 LABELS = {
     "mptcp": "MPTCP\n1 subflow",
     "mptcp+nat": "MPTCP\n+ NAT detour",
@@ -51,6 +61,7 @@ LABELS = {
     "multihome+tunnel": "multihome\n+ tunnel detour",
     "tcp": "TCP",
     "tcp(nat)": "TCP (NAT)",
+    "multihome": "multihome\nno detour",
 }
 SENDER_COUNTERS = ("Tcp:OutSegs", "Tcp:RetransSegs", "TcpExt:TCPTimeouts")
 MPTCP_DETOURS_CMD = "mptcp-detours"
@@ -158,7 +169,8 @@ def _setup(dlab: DetourLab, mech: str, extra: list[Proc]) -> tuple[str, bool, di
     if mech == "mptcp+nat":
         extra.append(start_mptcp_detours(dlab))
         return SERVER, True, None
-    return TUN_SERVER, False, dlab.start_multihome(mech.split("+")[1])
+    mode = mech.split("+")[1] if "+" in mech else None
+    return TUN_SERVER, False, dlab.start_multihome(mode)
 
 
 def _teardown(dlab: DetourLab, mech: str, extra: list[Proc]) -> dict:

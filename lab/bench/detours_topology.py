@@ -235,10 +235,11 @@ class DetourLab:
             "mode": mode,
         }
 
-    def start_multihome(self, mode: str, timeout: float = 20) -> dict:
-        """Server, then a client with one link and one ``mode`` detour; wait until the detour
-        path is up. Returns the client's status then."""
-        self.start_relay()
+    def start_multihome(self, mode: str | None, timeout: float = 20) -> dict:
+        """Server, then a client with one link and one ``mode`` detour (none: no relay); wait
+        until the direct path and the detour path are up. Returns the client's status then."""
+        if mode is not None:
+            self.start_relay()
         server = {
             "server": {
                 "listen": f"0.0.0.0:{PORT}",
@@ -263,12 +264,14 @@ class DetourLab:
                 "tun_address": f"{TUN_CLIENT}/24",
                 "mtu": TUN_MTU,
                 "control_socket": str(self.dir / "client.sock"),
-                "detours": 1,
+                "detours": 0 if mode is None else 1,
             },
             "link": [{"name": DIRECT_NAME, "interface": "l1"}],
-            "relay": [self.relay_entry(mode)],
             "policy": {"default": "aggregate"},
         }
+        if mode is not None:
+            client["relay"] = [self.relay_entry(mode)]
+        want = {DIRECT_NAME} if mode is None else {DIRECT_NAME, DETOUR_PATH}
         self.spawn("server", "server", server)
         self.spawn("client", "client", client)
         deadline = time.monotonic() + timeout
@@ -277,7 +280,7 @@ class DetourLab:
             st = self.status("client")
             sess = (st.get("sessions") or [{}])[0]
             states = {lk["name"]: lk["state"] for lk in sess.get("links", [])}
-            if states.get(DIRECT_NAME) == "up" and states.get(DETOUR_PATH) == "up":
+            if all(states.get(name) == "up" for name in want):
                 return st
             time.sleep(0.2)
         raise LabError(f"no detour path up after {timeout}s: {json.dumps(st)[:1500]}")
