@@ -28,6 +28,7 @@ returns its error and the suite goes on.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import subprocess
 import time
 
@@ -65,6 +66,7 @@ LABELS = {
 }
 SENDER_COUNTERS = ("Tcp:OutSegs", "Tcp:RetransSegs", "TcpExt:TCPTimeouts")
 MPTCP_DETOURS_CMD = "mptcp-detours"
+SAMPLE_S = 2.0
 
 
 def unavailable(dlab: DetourLab, mech: str) -> str | None:
@@ -80,12 +82,18 @@ def unavailable(dlab: DetourLab, mech: str) -> str | None:
 def start_mptcp_detours(dlab: DetourLab) -> Proc:
     """``multihome mptcp-detours`` in the client with the detour host as its one NAT relay.
 
-    The config mirrors client.toml's detour keys (``detours``, ``[[relay]]``); the other
-    half of the mechanism lives in that subcommand (kernel userspace path manager).
+    The config follows that subcommand's ``mptcp-detours.toml`` (``[mptcp]`` with the
+    client's key, ``detours`` and the servers whose connections get detours; ``[[relay]]``);
+    it switches the client's namespace to the kernel's userspace path manager while it runs.
     """
     dlab.start_relay()
     cfg = {
-        "mptcp_detours": {"private_key_file": "client.key", "detours": 1},
+        "mptcp": {
+            "private_key_file": "client.key",
+            "detours": 1,
+            "servers": [SERVER],
+            "control_socket": str(dlab.dir / "mptcp.sock"),
+        },
         "relay": [dlab.relay_entry("nat")],
     }
     path = dlab.dir / "mptcp-detours.toml"
@@ -115,26 +123,99 @@ def _links_delta(before: dict, after: dict) -> dict:
     return out
 
 
+PATH_KEYS = (
+    "state",
+    "tx_bytes",
+    "srtt_ms",
+    "min_rtt_ms",
+    "fwd_queue_ms",
+    "delivery_rate_bps",
+    "pacing_rate_bps",
+    "cwnd_bytes",
+    "inflight_bytes",
+    "loss",
+    "error_loss",
+    "congestion_losses",
+    "error_losses",
+    "rate_mode",
+)
+# Client counters that say where a packet was held back or lost before the links.
+CLIENT_COUNTERS = ("codel_drops", "queue_drops", "queue_overflow_drops", "repaired", "reinjected")
+REORDER_KEYS = ("held", "skipped_gaps", "late", "lost_skips", "inserts", "displaced")
+SAMPLE_KEYS = ("delivery_rate_bps", "pacing_rate_bps", "cwnd_bytes", "inflight_bytes", "srtt_ms")
+
+
 def _paths(status: dict) -> dict[str, dict]:
     sess = (status.get("sessions") or [{}])[0]
-    keys = ("state", "tx_bytes", "rx_bytes", "srtt_ms", "min_rtt_ms", "delivery_rate_bps")
-    return {lk["name"]: {k: lk.get(k) for k in keys} for lk in sess.get("links", [])}
+    return {lk["name"]: {k: lk.get(k) for k in PATH_KEYS} for lk in sess.get("links", [])}
 
 
-def multihome_view(before: dict, after: dict) -> dict:
-    """Bytes each path sent during the run, the paths' end state, the detour manager."""
-    b, a = _paths(before), _paths(after)
-    sent = {n: (p["tx_bytes"] or 0) - (b.get(n, {}).get("tx_bytes") or 0) for n, p in a.items()}
-    total = sum(sent.values())
-    return {
-        "path_tx_bytes": sent,
-        "detour_share": sent.get(DETOUR_PATH, 0) / total if total else None,
-        "paths_end": a,
-        "detours": after.get("detours"),
-    }
+def _delta(after: dict, before: dict, keys: tuple[str, ...]) -> dict:
+    return {k: (after.get(k) or 0) - (before.get(k) or 0) for k in keys if k in after}
 
 
-def _transfer(dlab: DetourLab, host: str, cc: str, seconds: float, port: int, *, mp: bool) -> dict:
+class MultihomeWatch:
+    """Snapshots of the client (paths, counters) and server (reorder) around and during a run."""
+
+    def __init__(self, dlab: DetourLab) -> None:
+        self.dlab = dlab
+        self.before = self._snap()
+        self.samples: list[dict] = []
+        self.t0 = time.monotonic()
+
+    def _snap(self) -> dict:
+        cli, srv = self.dlab.status("client"), self.dlab.status("server")
+        sess = (srv.get("sessions") or [{}])[0]
+        return {"client": cli, "reorder": sess.get("reorder", {})}
+
+    def sample(self) -> None:
+        """Per path, the rate control's view now (the end state alone can mislead)."""
+        with contextlib.suppress(LabError):
+            paths = _paths(self.dlab.status("client"))
+            t = round(time.monotonic() - self.t0, 1)
+            self.samples.append(
+                {"t": t, **{n: {k: p.get(k) for k in SAMPLE_KEYS} for n, p in paths.items()}}
+            )
+
+    def result(self) -> dict:
+        after = self._snap()
+        b, a = _paths(self.before["client"]), _paths(after["client"])
+        sent = {n: (p["tx_bytes"] or 0) - (b.get(n, {}).get("tx_bytes") or 0) for n, p in a.items()}
+        total = sum(sent.values())
+        keys = ("congestion_losses", "error_losses")
+        medians = {}
+        for n in a:
+            got = [s[n] for s in self.samples[1:] if n in s]  # the first is start-up
+            medians[n] = {
+                k: statistics.median(v) for k in SAMPLE_KEYS if (v := [g[k] for g in got if g[k]])
+            }
+        return {
+            "path_tx_bytes": sent,
+            "detour_share": sent.get(DETOUR_PATH, 0) / total if total else None,
+            "path_losses": {n: _delta(p, b.get(n, {}), keys) for n, p in a.items()},
+            "path_median": medians,
+            "paths_end": a,
+            "client_counters": _delta(
+                after["client"].get("counters", {}),
+                self.before["client"].get("counters", {}),
+                CLIENT_COUNTERS,
+            ),
+            "server_reorder": _delta(after["reorder"], self.before["reorder"], REORDER_KEYS),
+            "detours": after["client"].get("detours"),
+            "samples": self.samples,
+        }
+
+
+def _transfer(  # noqa: PLR0913 - one upload's parameters
+    dlab: DetourLab,
+    host: str,
+    cc: str,
+    seconds: float,
+    port: int,
+    *,
+    mp: bool,
+    watch: MultihomeWatch | None,
+) -> dict:
     common = ["--port", str(port), "--cc", cc, "--stall-timeout", f"{30 + seconds:g}"]
     if mp:
         common.append("--mptcp")
@@ -144,7 +225,12 @@ def _transfer(dlab: DetourLab, host: str, cc: str, seconds: float, port: int, *,
     client = dlab.ns("client").spawn(tool_cmd("bidixfer", "client", *args), f"bxc{port}")
     out: dict = {}
     try:
-        client.wait(seconds + 90)
+        deadline = time.monotonic() + seconds + 90
+        while client.alive() and time.monotonic() < deadline:
+            time.sleep(SAMPLE_S)
+            if watch is not None:
+                watch.sample()
+        client.wait(max(1.0, deadline - time.monotonic()))
         server.wait(15)
         out["client"], out["server"] = parse_result(client), parse_result(server)
     except LabError as exc:
@@ -180,6 +266,8 @@ def _teardown(dlab: DetourLab, mech: str, extra: list[Proc]) -> dict:
     for proc in extra:
         out["helper_rc"] = proc.stop()
         out["helper_log"] = proc.tail(30)
+        # Back to the in-kernel path manager (one subflow) for the next runs.
+        dlab.ns("client").sysctl("net.mptcp.pm_type", 0)
     if mech.startswith("multihome"):
         out["exit_codes"] = dlab.stop_multihome()
     return out
@@ -199,15 +287,14 @@ def measure(dlab: DetourLab, mech: str, cc: str, seconds: float, port: int) -> d
             snmp(dlab.ns("client")),
             mptcp.counters(dlab.ns("server")),
         )
-        if mh0 is not None:
-            mh0 = dlab.status("client")
-        res = _transfer(dlab, host, cc, seconds, port, mp=mp)
+        watch = MultihomeWatch(dlab) if mh0 is not None else None
+        res = _transfer(dlab, host, cc, seconds, port, mp=mp, watch=watch)
         snd1 = snmp(dlab.ns("client"))
         rec["links"] = _links_delta(links0, dlab.link_stats())
         rec["sender_tcp"] = {k: snd1.get(k, 0) - snd0.get(k, 0) for k in SENDER_COUNTERS}
         rec["mptcp_counters"] = mptcp.joined(mp0, mptcp.counters(dlab.ns("server")))
-        if mh0 is not None:
-            rec["multihome"] = multihome_view(mh0, dlab.status("client"))
+        if watch is not None:
+            rec["multihome"] = watch.result()
     except LabError as exc:
         rec["error"] = str(exc)[-1500:]
         res = {}
