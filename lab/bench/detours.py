@@ -17,7 +17,7 @@ Pass ratios (issue 15; computed in the result, per congestion control, on the NA
 - symmetric, normal: multihome >= 0.95 x TCP (multihome's header ceiling is 0.963 x TCP's);
 - 1 % loss on link 2 (both networks): multihome >= the better of TCP and TCP (NAT).
 
-Usage (root; ~35 min: 6 cases x 2 cc x 6 mechanisms x 20 s, plus set-up)::
+Usage (root; ~28 min: 6 cases x 2 cc x 6 mechanisms x 20 s, plus set-up)::
 
     .venv/bin/python -m lab.bench detours                 # bench/results/detours.json + .png
     .venv/bin/python -m lab.bench detours --quick         # CUBIC only, 8 s: ~10 min
