@@ -8,8 +8,11 @@ flow over unequal links and trace pairs: goodput against the summed rate, RTT, r
 issue 6), ``copies-cpu`` (VoIP streams through ``redundant`` copies: daemon CPU per packet
 and loss against packets/s, user-space copies vs the kernel fast path vs plain routing;
 issue 17), ``realtime-media`` (a video call + voice with a 150 ms deadline over lossy and
-trace links: frames on time and extra bytes per policy, issue 17), ``all``. Needs root;
-builds its own namespaces and removes them, even after a failure.
+trace links: frames on time and extra bytes per policy, issue 17), ``detours`` (Brennan's
+detour experiments: slide-33 network, kernel MPTCP, multihome and plain TCP with and
+without a detour; issue 15), ``detour-relay`` (what forwarding a detour costs the relay's
+CPU; issue 15), ``all``. Needs root; builds its own namespaces and removes them, even after
+a failure.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from lab.bench import (
     aggregate,
     copies_cpu,
     crosscheck,
+    detour_relay,
+    detours,
     failover,
     overhead,
     realtime_media,
@@ -35,6 +40,8 @@ SUITES = (
     "crosscheck",
     "copies-cpu",
     "realtime-media",
+    "detours",
+    "detour-relay",
 )
 
 
@@ -50,7 +57,8 @@ def main() -> int:
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
         "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
-        "these cases or trace pairs by name",
+        "these cases or trace pairs by name; detours: "
+        "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay)",
     )
     parser.add_argument(
         "--scheduler",
@@ -62,7 +70,15 @@ def main() -> int:
         type=float,
         help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
         "copies-cpu: seconds per point (default 5); "
-        "realtime-media: seconds per measured stream (default 20)",
+        "realtime-media: seconds per measured stream (default 20); "
+        "detours, detour-relay: seconds per run (default 20, 10)",
+    )
+    parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
+    parser.add_argument(
+        "--mechanisms",
+        nargs="*",
+        choices=detours.MECHANISMS,
+        help="detours: only these mechanisms",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     parser.add_argument(
@@ -92,6 +108,12 @@ def main() -> int:
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         elif suite == "realtime-media":
             realtime_media.main(seconds=args.seconds, only=args.cases)
+        elif suite == "detours":
+            detours.main(
+                seconds=args.seconds, only=args.cases, quick=args.quick, mechanisms=args.mechanisms
+            )
+        elif suite == "detour-relay":
+            detour_relay.main(["--seconds", str(args.seconds or 10)])
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
         elif suite == "copies-cpu":

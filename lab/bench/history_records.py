@@ -165,6 +165,20 @@ def _copies_cpu(d: dict) -> list[tuple[str, dict]]:
     return [*out, ("ratios", ratios)]
 
 
+def _detours(d: dict) -> list[tuple[str, dict]]:
+    """One record per scenario and congestion control: goodput per mechanism, the pass
+    ratios of issue 15 (``pass.<check>``)."""
+    out = []
+    for case, per_cc in d["table"].items():
+        for cc, t in per_cc.items():
+            f = {f"{m}.goodput_mbps": _r(v) for m, v in t["goodput_mbps"].items()}
+            for p in d["pass"]:
+                if p["case"] == case and p["cc"] == cc and p["ratio"] is not None:
+                    f[f"pass.{p['check']}"] = _r(p["ratio"])
+            out.append((f"{case} {cc}", f))
+    return out
+
+
 def _crosscheck(d: dict) -> list[tuple[str, dict]]:
     keys = ("lab_goodput_mbps", "sim_goodput_mbps", "ratio_sim_to_lab", "within_tolerance")
     keys += ("lab_retransmissions", "sim_retransmissions")
@@ -246,6 +260,7 @@ EXTRACT = {
     "detour-relay": _detour_relay,
     "copies-cpu": _copies_cpu,
     "realtime-media": _realtime_media,
+    "detours": _detours,
 }
 
 
