@@ -310,8 +310,7 @@ impl Session {
         // A realtime packet past its deadline is of no use to the application (a jitter
         // buffer would discard it): it is counted and not delivered, so none ever reaches
         // the application late. It still joins its FEC block below.
-        let late =
-            flags.realtime() && self.rt_rx.is_late(raw_delay, self.min_owd(), deadline_ms);
+        let late = flags.realtime() && self.rt_rx.is_late(raw_delay, self.min_owd(), deadline_ms);
         if late {
             self.counters.rt_rx_late += 1;
         } else {
