@@ -1,0 +1,145 @@
+//! The etcd store: records shared by several servers through an etcd cluster (v3 API).
+//!
+//! Role: every server of a deployment points at the same cluster, so a client's record
+//! published through one server is found through any other, and a server's record (its
+//! address and load) is seen by every resolver. A `put` reads the stored record, checks
+//! that the new one supersedes it, and writes it in a transaction guarded by the read
+//! revision (`mod_revision`, or `create_revision = 0` for a new key); a concurrent writer
+//! makes the guard fail and the `put` starts over (at most [`RETRIES`] times), so two
+//! servers racing never leave the older record stored.
+//!
+//! Leases: each record is attached to an etcd lease that outlives its own expiry by less
+//! than [`LEASE_BUCKET_S`], so etcd deletes dead attachments itself. Records expiring in the
+//! same bucket share one lease (granted once, remembered), which keeps a `put` at two round
+//! trips (get + txn) instead of three at 1 000 updates per second.
+//!
+//! Invariant: a record is served only after re-verification (`read_back`), so a cluster
+//! written to by anyone else still cannot make a forged record be served.
+
+use super::{key, prefix, read_back, Counter, RecordStore, StoreError};
+use crate::record::Kind;
+use crate::signed::{admit, supersedes, verify, RefusalCounts, SignedRecord};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use multihome_proto::crypto::SessionId;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Attempts of one `put` when other writers keep changing the record.
+pub const RETRIES: usize = 8;
+/// Width of a lease bucket (seconds).
+pub const LEASE_BUCKET_S: u64 = 5;
+
+/// Records in an etcd cluster.
+pub struct EtcdStore {
+    client: Client,
+    /// Lease per bucket end (Unix seconds).
+    leases: Mutex<BTreeMap<u64, i64>>,
+    counter: Counter,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl EtcdStore {
+    /// Connects to the cluster (`http://host:port` endpoints; the client balances over
+    /// them and moves on when a member fails).
+    pub async fn connect(endpoints: &[String]) -> Result<EtcdStore, StoreError> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(2))
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1));
+        let client = Client::connect(endpoints, Some(opts))
+            .await
+            .map_err(backend)?;
+        Ok(EtcdStore {
+            client,
+            leases: Mutex::new(BTreeMap::new()),
+            counter: Counter::default(),
+        })
+    }
+
+    /// A lease that ends at the end of the bucket holding `expires_ms`.
+    async fn lease(&self, expires_ms: u64, now_ms: u64) -> Result<i64, StoreError> {
+        let end = (expires_ms / 1000 / LEASE_BUCKET_S + 1) * LEASE_BUCKET_S;
+        let now_s = now_ms / 1000;
+        {
+            let mut l = self.leases.lock().expect("never poisoned");
+            // Buckets whose lease is ending are no use for new records.
+            l.retain(|&e, _| e > now_s + 1);
+            if let Some(&id) = l.get(&end) {
+                return Ok(id);
+            }
+        }
+        let ttl = (end - now_s).max(1) as i64;
+        let mut c = self.client.clone();
+        let id = c.lease_grant(ttl, None).await.map_err(backend)?.id();
+        self.leases.lock().expect("never poisoned").insert(end, id);
+        Ok(id)
+    }
+}
+
+impl RecordStore for EtcdStore {
+    async fn put(&self, bytes: &[u8], now_ms: u64) -> Result<SignedRecord, StoreError> {
+        let rec = self.counter.check(admit(bytes, now_ms))?;
+        let k = key(rec.kind(), rec.name());
+        let mut c = self.client.clone();
+        for _ in 0..RETRIES {
+            let got = c.get(k.as_str(), None).await.map_err(backend)?;
+            let (old, guard) = match got.kvs().first() {
+                Some(kv) => (
+                    verify(kv.value()).ok(),
+                    Compare::mod_revision(k.as_str(), CompareOp::Equal, kv.mod_revision()),
+                ),
+                None => (
+                    None,
+                    Compare::create_revision(k.as_str(), CompareOp::Equal, 0),
+                ),
+            };
+            self.counter.check(supersedes(rec.record(), old.as_ref()))?;
+            let lease = self.lease(rec.record().expires_ms, now_ms).await?;
+            let put = TxnOp::put(
+                k.as_str(),
+                rec.bytes(),
+                Some(PutOptions::new().with_lease(lease)),
+            );
+            let txn = Txn::new().when([guard]).and_then([put]);
+            if c.txn(txn).await.map_err(backend)?.succeeded() {
+                return Ok(rec);
+            }
+        }
+        Err(StoreError::Backend(format!(
+            "{k}: {RETRIES} concurrent writers won"
+        )))
+    }
+
+    async fn get(
+        &self,
+        kind: Kind,
+        name: SessionId,
+        now_ms: u64,
+    ) -> Result<Option<SignedRecord>, StoreError> {
+        let mut c = self.client.clone();
+        let got = c.get(key(kind, name), None).await.map_err(backend)?;
+        Ok(got
+            .kvs()
+            .first()
+            .and_then(|kv| read_back(kv.value(), kind, Some(name), now_ms)))
+    }
+
+    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
+        let mut c = self.client.clone();
+        let opts = GetOptions::new().with_prefix();
+        let got = c.get(prefix(kind), Some(opts)).await.map_err(backend)?;
+        Ok(got
+            .kvs()
+            .iter()
+            .filter_map(|kv| read_back(kv.value(), kind, None, now_ms))
+            .collect())
+    }
+
+    fn refusals(&self) -> RefusalCounts {
+        self.counter.get()
+    }
+}
