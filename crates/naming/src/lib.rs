@@ -7,13 +7,16 @@
 //! (admission: what is refused and why), [`message`] (resolver requests over UDP),
 //! [`select`] (which server a client uses), [`resolver`] (the client's state machine).
 //! With I/O: [`store`] (embedded redb and etcd behind one trait) and [`service`] (the
-//! server's resolver: UDP requests answered from a store, its own record kept fresh).
+//! server's resolver: UDP requests answered from a store, its own record kept fresh),
+//! [`load`] (a load generator for the benchmark).
 //! Reference: PROTOCOL.md §17, ARCHITECTURE.md, CONFIG.md `[naming]`.
 
+pub mod load;
 pub mod message;
 pub mod record;
 pub mod resolver;
 pub mod select;
+pub mod service;
 pub mod sign;
 pub mod signed;
 pub mod store;

@@ -56,6 +56,8 @@ pub struct ServerSettings {
     /// Store-and-forward: most bytes held per client, and for how long, while it has no
     /// live path.
     pub hold: (usize, Duration),
+    /// The resolver and its store (`[naming]`).
+    pub naming: Option<super::naming::ServerNaming>,
 }
 
 /// Default control socket of the server.
@@ -104,8 +106,9 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         Some(u) => Some((check_ifname(src, u)?, src.err(u.span().start, "", "").line)),
         None => None,
     };
+    let listen = parse_addr(src, &s.listen, "listen")?;
     Ok(ServerSettings {
-        listen: parse_addr(src, &s.listen, "listen")?,
+        listen,
         private_key_file: relative_to(src.path, s.private_key_file.get_ref()),
         private_key_at: s.private_key_file.span().start,
         tun_name: check_ifname(src, &s.tun_name)?,
@@ -130,5 +133,6 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         ciphers: parse_cipher(src, s.cipher.as_ref())?,
         peers,
         hold: parse_hold(src, s.hold_max_mb.as_ref(), s.hold_max_s.as_ref())?,
+        naming: super::naming::parse_server(src, f.naming.as_ref(), listen)?,
     })
 }

@@ -71,6 +71,8 @@ pub struct ClientCore {
     n_links: usize,
     was_established: bool,
     detours: Option<Detours>,
+    /// The naming watch's status (`daemon/naming.rs`), shown under `naming`.
+    pub naming: Option<serde_json::Value>,
 }
 
 impl ClientCore {
@@ -82,6 +84,7 @@ impl ClientCore {
             link_names,
             was_established: false,
             detours: None,
+            naming: None,
         }
     }
 
@@ -170,6 +173,9 @@ impl Core for ClientCore {
         let mut v = crate::status::client_status(&self.client, &self.link_names);
         if let Some(d) = &self.detours {
             v["detours"] = d.status();
+        }
+        if let Some(n) = &self.naming {
+            v["naming"] = n.clone();
         }
         v
     }

@@ -8,6 +8,7 @@
 //! - [`detours`]: the client's detour paths through relays (carrying out the sans-IO
 //!   path manager's decisions);
 //! - [`mem`]: in-memory devices and binds (tests, load generation);
+//! - [`naming`]: the client resolving its server, the server's resolver thread;
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
 //!
@@ -23,6 +24,7 @@ pub mod driver;
 pub mod fastpath;
 pub mod io;
 pub mod mem;
+pub mod naming;
 pub mod server;
 
 use anyhow::{Context, Result};
