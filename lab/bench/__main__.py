@@ -5,7 +5,9 @@ Suites: ``simult-flows`` (kernel MPTCP selftest matrix, multihome vs kernel MPTC
 mid-transfer: gap and survival per multihome policy and kernel MPTCP), ``aggregate`` (one TCP
 flow over unequal links and trace pairs: goodput against the summed rate, RTT, reorder; issue
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
-issue 6), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+issue 6), ``naming`` (resolver publish/lookup latency on the embedded store and etcd, failover
+of 100 clients when their server dies; issue 18), ``all``. Needs root; builds its own namespaces
+and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, crosscheck, failover, overhead, simult_flows
+from lab.bench import aggregate, crosscheck, failover, naming, overhead, simult_flows
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck")
+SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck", "naming")
 
 
 def main() -> int:
@@ -39,9 +41,13 @@ def main() -> int:
     parser.add_argument(
         "--seconds",
         type=float,
-        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30)",
+        help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
+        "naming: seconds of timed load per store (default 20)",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
+    parser.add_argument(
+        "--clients", type=int, default=100, help="naming: clients in the failover run"
+    )
     parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
     )
@@ -57,6 +63,8 @@ def main() -> int:
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
+        elif suite == "naming":
+            naming.main(seconds=int(args.seconds or 20), clients=args.clients)
         else:
             failover.main(runs=args.runs or 3)
     return 0

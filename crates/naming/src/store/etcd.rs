@@ -13,6 +13,16 @@
 //! same bucket share one lease (granted once, remembered), which keeps a `put` at two round
 //! trips (get + txn) instead of three at 1 000 updates per second.
 //!
+//! Lookups are linearizable (a record published through one server is found through any
+//! other as soon as the publish was acknowledged). The read inside a `put` is serializable
+//! (answered by the member reached, without a quorum round): if it was stale, the
+//! transaction's revision guard fails and the `put` reads again.
+//!
+//! A member dying makes requests to it fail at the transport: every request is retried
+//! ([`TRANSPORT_TRIES`], backing off from 20 ms) and the client moves to the others. A
+//! transaction whose answer was lost may have been applied: a retry that then finds exactly
+//! its own record stored reports success, not a stale refusal.
+//!
 //! Invariant: a record is served only after re-verification (`read_back`), so a cluster
 //! written to by anyone else still cannot make a forged record be served.
 
@@ -29,6 +39,28 @@ use std::time::Duration;
 pub const RETRIES: usize = 8;
 /// Width of a lease bucket (seconds).
 pub const LEASE_BUCKET_S: u64 = 5;
+/// Attempts of one request that fails at the transport (a member gone).
+pub const TRANSPORT_TRIES: u32 = 6;
+
+/// Runs `f` until it succeeds or failed [`TRANSPORT_TRIES`] times; says whether it was
+/// tried more than once.
+async fn retry<T, F, Fut>(mut f: F) -> Result<(T, bool), StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut wait = Duration::from_millis(20);
+    for attempt in 1.. {
+        match f().await {
+            Ok(v) => return Ok((v, attempt > 1)),
+            Err(e) if attempt >= TRANSPORT_TRIES => return Err(backend(e)),
+            Err(e) => tracing::debug!("etcd: {e}; retrying"),
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+    }
+    unreachable!("the loop returns")
+}
 
 /// Records in an etcd cluster.
 pub struct EtcdStore {
@@ -73,10 +105,28 @@ impl EtcdStore {
             }
         }
         let ttl = (end - now_s).max(1) as i64;
-        let mut c = self.client.clone();
-        let id = c.lease_grant(ttl, None).await.map_err(backend)?.id();
+        let (grant, _) = retry(|| {
+            let mut c = self.client.clone();
+            async move { c.lease_grant(ttl, None).await }
+        })
+        .await?;
+        let id = grant.id();
         self.leases.lock().expect("never poisoned").insert(end, id);
         Ok(id)
+    }
+}
+
+impl EtcdStore {
+    /// One get, on a clone of the client (cheap: it shares the connections).
+    fn get_raw(
+        &self,
+        k: &str,
+        opts: GetOptions,
+    ) -> impl std::future::Future<Output = Result<etcd_client::GetResponse, etcd_client::Error>>
+    {
+        let mut c = self.client.clone();
+        let k = k.to_owned();
+        async move { c.get(k, Some(opts)).await }
     }
 }
 
@@ -120,8 +170,8 @@ impl RecordStore for EtcdStore {
         name: SessionId,
         now_ms: u64,
     ) -> Result<Option<SignedRecord>, StoreError> {
-        let mut c = self.client.clone();
-        let got = c.get(key(kind, name), None).await.map_err(backend)?;
+        let k = key(kind, name);
+        let (got, _) = retry(|| self.get_raw(&k, GetOptions::new())).await?;
         Ok(got
             .kvs()
             .first()
@@ -129,9 +179,9 @@ impl RecordStore for EtcdStore {
     }
 
     async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
-        let mut c = self.client.clone();
+        let p = prefix(kind);
         let opts = GetOptions::new().with_prefix();
-        let got = c.get(prefix(kind), Some(opts)).await.map_err(backend)?;
+        let (got, _) = retry(|| self.get_raw(&p, opts.clone())).await?;
         Ok(got
             .kvs()
             .iter()
