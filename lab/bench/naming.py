@@ -35,6 +35,7 @@ from lab.netns import Lab, LabError
 
 RECORDS, RATE, LOOKUP_RATE = 10_000, 1_000, 1_000
 LOOKUP_P95_BAR_MS, FAILOVER_BAR_S = 5.0, 3.0
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ANCHORS = {"gnrs_update_ms": [30, 170], "dmap_mean_ms": 50, "dmap_p95_ms": 100}
 
 
@@ -84,10 +85,11 @@ def latency(store: str, seconds: int, kill_leader: bool) -> dict:
 def log_times(text: str, after: float, pattern: str) -> list[float]:
     """Unix times of log lines matching ``pattern`` at or after ``after``."""
     out = []
-    for line in text.splitlines():
+    for raw in text.splitlines():
+        line = ANSI.sub("", raw)  # the daemons' log colours its fields
         if pattern not in line:
             continue
-        stamp = line.split()[0].replace("\x1b[2m", "").replace("\x1b[0m", "")
+        stamp = line.split()[0]
         try:
             t = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
         except ValueError:
