@@ -114,6 +114,12 @@ impl SignedRecord {
         Ok(SignedRecord { bytes, record })
     }
 
+    /// Bytes read back from a store's own file, admitted when they were written (the
+    /// embedded store only: `store::read_local`).
+    pub(crate) fn trusted(bytes: Vec<u8>, record: Record) -> SignedRecord {
+        SignedRecord { bytes, record }
+    }
+
     /// The wire bytes (signature included).
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
