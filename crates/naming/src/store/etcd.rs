@@ -13,6 +13,11 @@
 //! same bucket share one lease (granted once, remembered), which keeps a `put` at two round
 //! trips (get + txn) instead of three at 1 000 updates per second.
 //!
+//! A `put` whose key this store wrote last skips the read: the record and `mod_revision`
+//! it wrote are remembered ([`CACHE_MAX`] keys), and the guard on that revision fails if
+//! anyone wrote since — then it reads and tries again. A client renewing its record through
+//! the same server thus costs one transaction.
+//!
 //! Lookups are linearizable (a record published through one server is found through any
 //! other as soon as the publish was acknowledged). The read inside a `put` is serializable
 //! (answered by the member reached, without a quorum round): if it was stale, the
@@ -27,11 +32,11 @@
 //! written to by anyone else still cannot make a forged record be served.
 
 use super::{key, prefix, read_back, Counter, RecordStore, StoreError};
-use crate::record::Kind;
+use crate::record::{Kind, Record};
 use crate::signed::{admit, supersedes, verify, RefusalCounts, SignedRecord};
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
 use multihome_proto::crypto::SessionId;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,6 +44,8 @@ use std::time::Duration;
 pub const RETRIES: usize = 8;
 /// Width of a lease bucket (seconds).
 pub const LEASE_BUCKET_S: u64 = 5;
+/// Keys whose last write is remembered at most (then the memory starts over).
+pub const CACHE_MAX: usize = 200_000;
 /// Attempts of one request that fails at the transport (a member gone).
 pub const TRANSPORT_TRIES: u32 = 6;
 
@@ -67,6 +74,8 @@ pub struct EtcdStore {
     client: Client,
     /// Lease per bucket end (Unix seconds).
     leases: Mutex<BTreeMap<u64, i64>>,
+    /// What this store last wrote per key, and the key's revision after that write.
+    written: Mutex<HashMap<String, (i64, Record)>>,
     counter: Counter,
 }
 
@@ -88,6 +97,7 @@ impl EtcdStore {
         Ok(EtcdStore {
             client,
             leases: Mutex::new(BTreeMap::new()),
+            written: Mutex::new(HashMap::new()),
             counter: Counter::default(),
         })
     }
@@ -117,6 +127,39 @@ impl EtcdStore {
 }
 
 impl EtcdStore {
+    fn lock_written(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, Record)>> {
+        self.written.lock().expect("never poisoned")
+    }
+
+    /// Remembers what this store wrote under `k` and the key's revision after it.
+    fn remember(&self, k: String, revision: Option<i64>, r: &Record) {
+        let Some(rev) = revision else { return };
+        let mut w = self.lock_written();
+        if w.len() >= CACHE_MAX {
+            w.clear();
+        }
+        w.insert(k, (rev, r.clone()));
+    }
+
+    /// The stored record under `k` and the guard for replacing it; `None` when it is
+    /// exactly `rec` and an earlier attempt may have written it (its answer lost).
+    async fn read_for_put(
+        &self,
+        k: &str,
+        rec: &SignedRecord,
+        maybe_applied: bool,
+    ) -> Result<Option<(Option<Record>, Compare)>, StoreError> {
+        let (got, _) = retry(|| self.get_raw(k, GetOptions::new().with_serializable())).await?;
+        Ok(match got.kvs().first() {
+            Some(kv) if maybe_applied && kv.value() == rec.bytes() => None,
+            Some(kv) => Some((
+                verify(kv.value()).ok(),
+                Compare::mod_revision(k, CompareOp::Equal, kv.mod_revision()),
+            )),
+            None => Some((None, Compare::create_revision(k, CompareOp::Equal, 0))),
+        })
+    }
+
     /// One get, on a clone of the client (cheap: it shares the connections).
     fn get_raw(
         &self,
@@ -134,18 +177,19 @@ impl RecordStore for EtcdStore {
     async fn put(&self, bytes: &[u8], now_ms: u64) -> Result<SignedRecord, StoreError> {
         let rec = self.counter.check(admit(bytes, now_ms))?;
         let k = key(rec.kind(), rec.name());
-        let mut c = self.client.clone();
+        let mut maybe_applied = false;
+        let mut remembered = self.lock_written().get(&k).cloned();
         for _ in 0..RETRIES {
-            let got = c.get(k.as_str(), None).await.map_err(backend)?;
-            let (old, guard) = match got.kvs().first() {
-                Some(kv) => (
-                    verify(kv.value()).ok(),
-                    Compare::mod_revision(k.as_str(), CompareOp::Equal, kv.mod_revision()),
+            let (old, guard) = match remembered.take() {
+                Some((rev, old)) => (
+                    Some(old),
+                    Compare::mod_revision(k.as_str(), CompareOp::Equal, rev),
                 ),
-                None => (
-                    None,
-                    Compare::create_revision(k.as_str(), CompareOp::Equal, 0),
-                ),
+                None => match self.read_for_put(&k, &rec, maybe_applied).await? {
+                    Some(found) => found,
+                    // Our own transaction, applied although its answer was lost.
+                    None => return Ok(rec),
+                },
             };
             self.counter.check(supersedes(rec.record(), old.as_ref()))?;
             let lease = self.lease(rec.record().expires_ms, now_ms).await?;
@@ -155,9 +199,18 @@ impl RecordStore for EtcdStore {
                 Some(PutOptions::new().with_lease(lease)),
             );
             let txn = Txn::new().when([guard]).and_then([put]);
-            if c.txn(txn).await.map_err(backend)?.succeeded() {
+            let (resp, retried) = retry(|| {
+                let mut c = self.client.clone();
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+            maybe_applied |= retried;
+            if resp.succeeded() {
+                self.remember(k, resp.header().map(|h| h.revision()), rec.record());
                 return Ok(rec);
             }
+            self.lock_written().remove(&k);
         }
         Err(StoreError::Backend(format!(
             "{k}: {RETRIES} concurrent writers won"
