@@ -11,8 +11,9 @@ issue 17), ``realtime-media`` (a video call + voice with a 150 ms deadline over 
 trace links: frames on time and extra bytes per policy, issue 17), ``detours`` (Brennan's
 detour experiments: slide-33 network, kernel MPTCP, multihome and plain TCP with and
 without a detour; issue 15), ``detour-relay`` (what forwarding a detour costs the relay's
-CPU; issue 15), ``all``. Needs root; builds its own namespaces and removes them, even after
-a failure.
+CPU; issue 15), ``naming`` (resolver publish/lookup latency on the embedded store and
+etcd, failover of 100 clients when their server dies; issue 18), ``all``. Needs root; builds
+its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lab.bench import (
     detour_relay,
     detours,
     failover,
+    naming,
     overhead,
     realtime_media,
     simult_flows,
@@ -42,6 +44,7 @@ SUITES = (
     "realtime-media",
     "detours",
     "detour-relay",
+    "naming",
 )
 
 
@@ -71,7 +74,8 @@ def main() -> int:
         help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
         "copies-cpu: seconds per point (default 5); "
         "realtime-media: seconds per measured stream (default 20); "
-        "detours, detour-relay: seconds per run (default 20, 10)",
+        "detours, detour-relay: seconds per run (default 20, 10); "
+        "naming: seconds of timed load per store (default 20)",
     )
     parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
     parser.add_argument(
@@ -81,6 +85,9 @@ def main() -> int:
         help="detours: only these mechanisms",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
+    parser.add_argument(
+        "--clients", type=int, default=100, help="naming: clients in the failover run"
+    )
     parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
     )
@@ -122,6 +129,8 @@ def main() -> int:
                 seconds=args.seconds or copies_cpu.SECONDS,
                 isolate=args.isolate,
             )
+        elif suite == "naming":
+            naming.main(seconds=int(args.seconds or 20), clients=args.clients)
         else:
             failover.main(runs=args.runs or 3)
     return 0

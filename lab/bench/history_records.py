@@ -136,6 +136,23 @@ def _failover(d: dict) -> list[tuple[str, dict]]:
     return [(label, _figs(s, keys)) for label, s in d["summary"].items()]
 
 
+def _naming(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for r in d["latency"]:
+        case = r["store"] + (" leader killed" if r.get("killed_leader") is not None else "")
+        f = {f"publish_{k}": _r(v) for k, v in r["publish"].items() if k.endswith("_ms")}
+        f |= {f"lookup_{k}": _r(v) for k, v in r["lookup"].items() if k.endswith("_ms")}
+        f["records_lost"] = r["verify"]["missing"] + r["verify"]["stale"]
+        out.append((case, f))
+    fo = d["failover"]
+    fs = fo["failover_s"]
+    f = {"clients": fo["clients"], "moved": fo["moved"], "without_server": fo["without_server"]}
+    if fs:
+        f |= {"median_s": _r(fs[len(fs) // 2]), "max_s": _r(max(fs))}
+    out.append(("failover", f))
+    return out
+
+
 def _overhead(d: dict) -> list[tuple[str, dict]]:
     out = []
     for name, b in d["best"].items():
@@ -253,6 +270,7 @@ EXTRACT = {
     "simult-flows": _simult_flows,
     "aggregate": _aggregate,
     "failover": _failover,
+    "naming": _naming,
     "overhead": _overhead,
     "crosscheck": _crosscheck,
     "race-bench": _race_bench,

@@ -159,6 +159,28 @@ pub fn server_status(s: &Server) -> Value {
     json!({"role": "server", "counters": counters, "sessions": sessions})
 }
 
+/// The client's resolved server and its own record's last publication.
+fn naming_line(n: &Value) -> String {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let published = match n["published_unix_ms"].as_u64() {
+        Some(t) => format!(
+            "{:.1} s ago (seq {})",
+            now_ms.saturating_sub(t) as f64 / 1000.0,
+            n["published_seq"]
+        ),
+        None => "never".into(),
+    };
+    format!(
+        "naming: server {} at {}, record published {published}, failovers {}, refused {}",
+        n["server"].as_str().unwrap_or("-"),
+        n["server_address"].as_str().unwrap_or("-"),
+        n["failovers"],
+        n["refused"]
+    )
+}
+
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -206,6 +228,9 @@ pub fn render(v: &Value) -> String {
     let o = &mut out;
     // Writing to a String cannot fail.
     let _ = writeln!(o, "role: {}", v["role"].as_str().unwrap_or("?"));
+    if v["naming"].is_object() {
+        let _ = writeln!(o, "{}", naming_line(&v["naming"]));
+    }
     for s in v["sessions"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,

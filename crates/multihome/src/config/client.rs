@@ -68,6 +68,9 @@ pub struct ClientSettings {
     pub kernel_copies: bool,
     /// Store-and-forward: most bytes held, and for how long, while no path is live.
     pub hold: (usize, Duration),
+    /// The server is resolved (`servers`): then `server_public_key` and the links' server
+    /// are placeholders until the first resolution (`daemon/naming.rs`).
+    pub naming: Option<super::naming::ClientNaming>,
 }
 
 /// Default control socket of the client.
@@ -340,18 +343,35 @@ fn parse_ports(s: &str) -> Option<(u16, u16)> {
 pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
     let f: ClientFile = src.parse()?;
     let c = &f.client;
-    let default_server = c
-        .server
-        .as_ref()
-        .map(|s| parse_addr(src, s, "server"))
-        .transpose()?;
+    let naming = super::naming::parse_client(src, c.servers.as_ref(), f.naming.as_ref())?;
+    if naming.is_some() {
+        super::naming::check_resolved(src, &f)?;
+    }
+    let default_server = match naming {
+        Some(_) => Some(super::naming::UNRESOLVED),
+        None => c
+            .server
+            .as_ref()
+            .map(|s| parse_addr(src, s, "server"))
+            .transpose()?,
+    };
+    let server_public_key = match (&naming, &c.server_public_key) {
+        (Some(_), _) => PublicKey([0; 32]),
+        (None, Some(k)) => parse_key(src, k)?,
+        (None, None) => {
+            return Err(src.err_file(
+                "[client] has no server_public_key",
+                "paste the server's public key (`multihome pubkey`), or resolve it with servers = \"resolve\"",
+            ))
+        }
+    };
     let links = parse_links(src, &f.link, default_server)?;
     let aggregate = parse_scheduler(src, c.aggregate_scheduler.as_ref())?;
     let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
     Ok(ClientSettings {
         private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
         private_key_at: c.private_key_file.span().start,
-        server_public_key: parse_key(src, &c.server_public_key)?,
+        server_public_key,
         tun_name: check_ifname(src, &c.tun_name)?,
         tun_address: parse_net(src, &c.tun_address, "tun_address")?,
         routes: c
@@ -380,6 +400,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         detours,
         kernel_copies: c.kernel_copies,
         hold: parse_hold(src, c.hold_max_mb.as_ref(), c.hold_max_s.as_ref())?,
+        naming,
     })
 }
 
