@@ -4,7 +4,8 @@ use super::raw::{ClientFile, LinkSection, PolicySection};
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
 use multihome_proto::crypto::{CipherSet, DataCipher, PublicKey};
-use multihome_proto::policy::{Classifier, Policy, Rule};
+use multihome_proto::path::PathId;
+use multihome_proto::policy::{Classifier, LinkRule, Policy, Rule};
 use multihome_proto::session::AggregateScheduler;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -130,12 +131,62 @@ pub(super) fn parse_policy(
         "realtime" => Ok(Policy::Realtime {
             deadline: multihome_proto::policy::DEFAULT_DEADLINE,
         }),
+        other
+            if LINK_KINDS
+                .iter()
+                .any(|k| other.starts_with(&format!("{k}:"))) =>
+        {
+            Err(src.err(
+                s.span().start,
+                format!("`{other}`: a link policy is the client's"),
+                "the server does not know the client's links: write it in the client's \
+                 [policy] (the client states it to the server)",
+            ))
+        }
         other => Err(src.err(
             s.span().start,
             format!("unknown policy `{other}`"),
-            "use one of: best, redundant, aggregate, realtime",
+            "use one of: best, redundant, aggregate, realtime, only:LINK, prefer:LINK, \
+             backup:LINK",
         )),
     }
+}
+
+/// The link policies, written `KIND:LINK` with a `[[link]]` name.
+const LINK_KINDS: [&str; 3] = ["only", "prefer", "backup"];
+
+/// A rule's (or the default) policy on the client: `parse_policy`'s, or a link policy
+/// `only:`, `prefer:` or `backup:` naming one of `links` (its path id is the link's
+/// position).
+fn parse_client_policy(
+    src: &Source<'_>,
+    s: &Spanned<String>,
+    copies: Option<u8>,
+    links: &[LinkSettings],
+) -> Result<Policy, ConfigError> {
+    let Some((kind, name)) = s.get_ref().split_once(':') else {
+        return parse_policy(src, s, copies);
+    };
+    if !LINK_KINDS.contains(&kind) {
+        return parse_policy(src, s, copies);
+    }
+    let Some(i) = links.iter().position(|l| l.name == name) else {
+        let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
+        return Err(src.err(
+            s.span().start,
+            format!(
+                "`{}` names no link: there is no [[link]] `{name}`",
+                s.get_ref()
+            ),
+            format!("use one of the [[link]] names: {}", names.join(", ")),
+        ));
+    };
+    let link = PathId(i as u8);
+    Ok(Policy::Link(match kind {
+        "only" => LinkRule::Only(link),
+        "prefer" => LinkRule::Prefer(link),
+        _ => LinkRule::Backup(link),
+    }))
 }
 
 pub(super) fn check_ifname(src: &Source<'_>, s: &Spanned<String>) -> Result<String, ConfigError> {
@@ -220,9 +271,13 @@ pub(super) fn parse_mtu(src: &Source<'_>, m: Option<&Spanned<u32>>) -> Result<u3
     }
 }
 
-fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, ConfigError> {
+fn parse_classifier(
+    src: &Source<'_>,
+    p: &PolicySection,
+    links: &[LinkSettings],
+) -> Result<Classifier, ConfigError> {
     let default = match &p.default {
-        Some(d) => parse_policy(src, d, None)?,
+        Some(d) => parse_client_policy(src, d, None, links)?,
         None => Policy::Best,
     };
     let mut rules = Vec::new();
@@ -274,7 +329,7 @@ fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, C
             }
             d => d.as_ref().map(|d| *d.get_ref()),
         };
-        let mut policy = parse_policy(src, &r.policy, copies)?;
+        let mut policy = parse_client_policy(src, &r.policy, copies, links)?;
         if let Some(d) = &r.deadline_ms {
             let ms = *d.get_ref();
             if !matches!(policy, Policy::Realtime { .. }) {
@@ -327,6 +382,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         .map(|s| parse_addr(src, s, "server"))
         .transpose()?;
     let links = parse_links(src, &f.link, default_server)?;
+    let classifier = parse_classifier(src, &f.policy, &links)?;
     let aggregate = parse_scheduler(src, c.aggregate_scheduler.as_ref())?;
     let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
     Ok(ClientSettings {
@@ -356,7 +412,7 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         aggregate,
         ciphers: parse_cipher(src, c.cipher.as_ref())?,
         links,
-        classifier: parse_classifier(src, &f.policy)?,
+        classifier,
         relays,
         detours,
         kernel_copies: c.kernel_copies,

@@ -13,6 +13,7 @@ mod dynamics;
 mod failover;
 mod hostile;
 mod lifecycle;
+mod links;
 mod mobility;
 mod realtime;
 mod redundant;
