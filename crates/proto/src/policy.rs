@@ -303,6 +303,15 @@ impl Classifier {
         }
     }
 
+    /// The policy of the first rule that matches `packet`, if one does.
+    pub fn rule_policy(&self, packet: &[u8]) -> Option<Policy> {
+        let (key, dscp) = parse_flow(packet)?;
+        self.rules
+            .iter()
+            .find(|r| r.matches(&key, dscp))
+            .map(|r| r.policy)
+    }
+
     /// The policy of `packet`: the first rule that matches; else `realtime` (default
     /// deadline) for a packet marked EF or AF4x (`REALTIME_DSCP`) — a rule naming the DSCP
     /// overrides this; else the default.

@@ -7,6 +7,7 @@ use multihome_proto::crypto::{CipherSet, DataCipher, PublicKey};
 use multihome_proto::path::PathId;
 use multihome_proto::policy::{Classifier, LinkRule, Policy, Rule};
 use multihome_proto::session::AggregateScheduler;
+use multihome_proto::wire::stated::MAX_STATED_RULES;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -280,15 +281,23 @@ fn parse_classifier(
         Some(d) => parse_client_policy(src, d, None, links)?,
         None => Policy::Best,
     };
+    // The rules are stated to the server (`session/stated.rs`), which takes so many.
+    if let Some(r) = p.rule.get(MAX_STATED_RULES) {
+        return Err(src.err(
+            r.policy.span().start,
+            format!("more than {MAX_STATED_RULES} [[policy.rule]] sections"),
+            format!("use at most {MAX_STATED_RULES} rules (merge port ranges)"),
+        ));
+    }
     let mut rules = Vec::new();
     for r in &p.rule {
         let copies = r.copies.as_ref().map(|c| *c.get_ref());
         if let Some(c) = &r.copies {
-            if *c.get_ref() == 0 {
+            if !(1..=16).contains(c.get_ref()) {
                 return Err(src.err(
                     c.span().start,
-                    "copies = 0",
-                    "use 1 or more, or omit for all links",
+                    format!("copies = {}", c.get_ref()),
+                    "use 1 to 16 (there are at most 16 links), or omit for all links",
                 ));
             }
         }

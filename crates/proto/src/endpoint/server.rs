@@ -286,7 +286,7 @@ impl Server {
         let default = self.cfg.default_policy;
         match self.peers[pi].session.as_mut() {
             Some(s) => {
-                let policy = s.learned_policy(packet).unwrap_or(default);
+                let policy = s.downlink_policy(packet, default);
                 s.send_packet(now, packet, policy);
                 self.timers.get_mut().touch(pi);
                 self.tx_ready.insert(pi);

@@ -25,11 +25,13 @@ mod realtime_rx;
 mod recv;
 mod reinject;
 mod schedule;
+mod stated;
 mod store;
 mod transmit;
 
 pub use keyring::{Keypair, Keyring, Slot};
 pub use recv::SealedData;
+pub use stated::StatedStats;
 pub use store::HoldStats;
 pub use transmit::Transmit;
 
@@ -236,6 +238,8 @@ pub struct Session {
     fec_rx: crate::fec::Decoder,
     /// Packets held while no path is live (`store.rs`).
     store: store::Store,
+    /// The client's stated downlink policy (`stated.rs`).
+    stated: stated::Stated,
 }
 
 struct PathSlot {
@@ -292,6 +296,7 @@ impl Session {
             fec_tx: crate::fec::Encoder::default(),
             fec_rx: crate::fec::Decoder::default(),
             store: store::Store::default(),
+            stated: stated::Stated::default(),
         }
     }
 

@@ -134,6 +134,9 @@ impl Session {
         .ok()?;
         let room = frames_room.saturating_sub(plan.frame_len);
         let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
+        // The stated policy and its acknowledgement ride where there is room.
+        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
+        self.write_stated(now, &mut w, left)?;
         match job {
             Job::Data {
                 seq,

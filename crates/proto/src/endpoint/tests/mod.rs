@@ -18,6 +18,7 @@ mod mobility;
 mod realtime;
 mod redundant;
 mod reordering;
+mod stated;
 mod throughput;
 
 use super::*;
