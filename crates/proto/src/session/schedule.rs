@@ -16,7 +16,7 @@
 
 use super::{Job, Session, MAX_JOBS};
 use crate::codel::CodelQueue;
-use crate::path::{PathId, PathView};
+use crate::path::{PathId, PathState, PathView};
 use crate::policy::{parse_flow, FlowKey, LinkRule, Policy};
 use crate::sched::realtime::{self, RtChoice};
 use crate::sched::split::FlowMeter;
@@ -194,6 +194,7 @@ impl Session {
         if let Some((len, link)) = self.reinject.front().map(|r| (r.packet.len(), r.link)) {
             let mut views = self.take_views(now);
             super::reinject::restrict(link, &mut views);
+            self.cap_release_windows(&mut views);
             let sel = self.aggregate.select(now, &views, len);
             if sel == Selection::Wait {
                 self.wait_for_pacer(now, &views, len);
@@ -210,6 +211,8 @@ impl Session {
             self.put_views(views);
             return;
         }
+        let stalled = !self.paths.iter().any(|s| s.path.state() == PathState::Up);
+        self.agg_queue.set_stalled(stalled);
         let Some(head) = self.agg_queue.head(now) else {
             // Nothing to send: whatever room the paths have is unused.
             self.set_app_limited(true);
@@ -218,6 +221,7 @@ impl Session {
         let len = head.len();
         let flow = parse_flow(head).map(|(k, _)| k);
         let mut allowed = self.take_views(now);
+        self.cap_release_windows(&mut allowed);
         if let Some(k) = &flow {
             split::retain_eligible(&mut allowed, self.flow_meter.bytes(now, k));
         }

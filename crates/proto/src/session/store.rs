@@ -11,8 +11,9 @@
 //! proved it) or when an authenticated datagram from the peer arrived on it within the
 //! detection time: on the server that is the first datagram from the client's new
 //! address, which `admit_path` has just followed. The held packets then go out at once,
-//! in order, on that one path, each when its pacer allows (so no burst overflows the
-//! link's queue), before anything newer of theirs.
+//! in order, on that one path, each when its pacer allows and within a window capped at
+//! 1.25 × the path's estimated bandwidth-delay product (so no burst overflows the link's
+//! queue: `cap_release_windows`), before anything newer of theirs.
 //!
 //! `only:<link>` packets have a queue of their own, held while that link is not live
 //! even if others are; the other packets share one queue.
@@ -25,7 +26,7 @@
 
 use super::reinject::Reinjection;
 use super::{Job, Session};
-use crate::path::{PathId, PathState};
+use crate::path::{PathId, PathState, PathView};
 use crate::policy::{LinkRule, Policy};
 use crate::sched::MAX_PATHS;
 use crate::wire::DataFlags;
@@ -33,6 +34,9 @@ use crate::Instant;
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// Smallest window a path releasing a hold is capped at (`cap_release_windows`).
+const RELEASE_MIN_WINDOW: f64 = 32.0 * 1024.0;
 
 /// What a held packet still needs before it can be sent.
 #[derive(Debug, Clone, Copy)]
@@ -421,6 +425,25 @@ impl Session {
         }
     }
 
+    /// While held packets are being released, caps each path's window in `views` at
+    /// 1.25 × its estimated bandwidth-delay product (at least 32 KiB, the smallest
+    /// window), so a hold ramps up as probing does: a path still in startup paces at
+    /// twice its estimate, which after an outage is stale (the client may be on another
+    /// network), and fed a whole hold at that pace a 60 ms link with 100 ms of drop-tail
+    /// queue lost 15 datagrams a direction, whose repairs landed after the receiver's
+    /// reorder buffer had given up on them (3–10 packets out of order). The cap keeps
+    /// the queue a hold builds within a quarter of a round trip.
+    pub(super) fn cap_release_windows(&self, views: &mut [PathView]) {
+        if self.store.releasing.is_none() {
+            return;
+        }
+        for v in views {
+            let bdp = v.bandwidth_bps * v.min_rtt.as_secs_f64();
+            let cap = (1.25 * bdp).max(RELEASE_MIN_WINDOW) as u64;
+            v.cwnd_bytes = v.cwnd_bytes.min(cap);
+        }
+    }
+
     /// Whether some path is proven (not `Down`): the aggregate scheduler has a path to
     /// pace on.
     fn any_usable(&self) -> bool {
@@ -450,7 +473,7 @@ impl Session {
     /// Whether `path`'s pacer (and window, once the path is proven) lets `len` bytes go
     /// now; if only the pacer is closed, the store wakes when it opens.
     fn path_may_send(&mut self, now: Instant, path: PathId, len: usize) -> bool {
-        let Some(v) = self
+        let Some(mut v) = self
             .paths
             .iter()
             .take(MAX_PATHS)
@@ -459,6 +482,7 @@ impl Session {
         else {
             return false;
         };
+        self.cap_release_windows(core::slice::from_mut(&mut v));
         if v.ready_at > now {
             let w = self.store.wake.map_or(v.ready_at, |w| w.min(v.ready_at));
             self.store.wake = Some(w);
