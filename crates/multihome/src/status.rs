@@ -114,7 +114,11 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
         "hold": {"packets": sc.held_packets, "bytes": sc.held_bytes,
                  "since_us": sc.held_since.map_or(0, |t| t.as_micros()),
                  "dropped_bytes": sc.hold_dropped_bytes, "dropped_age": sc.hold_dropped_age,
-                 "released": sc.hold_released},
+                 "released": sc.hold_released,
+                 // Per queue: the shared one (`any`) and one per `only:` link.
+                 "queues": s.hold_queues().into_iter().map(|(k, n, b)| json!({
+                     "link": k.map_or_else(|| "any".to_string(), name_of),
+                     "packets": n, "bytes": b})).collect::<Vec<_>>()},
         "stated": stated_json(s, name_of),
         "links": links,
     })

@@ -214,6 +214,19 @@ impl Session {
         }
     }
 
+    /// What each hold queue holds now: `(None, …)` the shared one, `(Some(l), …)` the one of
+    /// `only:` link `l`; packets and bytes.
+    pub fn hold_queues(&self) -> Vec<(Option<PathId>, u64, u64)> {
+        self.store
+            .queues
+            .iter()
+            .map(|(k, q)| {
+                let bytes = q.iter().map(|e| e.packet.len() as u64).sum();
+                (*k, q.len() as u64, bytes)
+            })
+            .collect()
+    }
+
     /// Whether path `id` may carry data: not `Down`, or heard from within the
     /// detection time.
     fn is_live(&self, now: Instant, id: PathId) -> bool {
