@@ -3,6 +3,7 @@
 //! bodies' own assertions are known to hold on well-formed input.
 
 use super::*;
+use multihome_proto::wire::stated::PolicyFrame;
 use multihome_proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -26,7 +27,11 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
     .unwrap();
     for _ in 0..rng.next_u32() % 4 {
         let payload = bytes(rng, 200);
-        let _ = match rng.next_u32() % 5 {
+        let mut rules = bytes(rng, 12 * 10);
+        if rng.next_u32() % 2 == 0 {
+            rules.fill(0); // all-zero rules are valid: any protocol, port, DSCP -> best
+        }
+        let _ = match rng.next_u32() % 7 {
             0 => w.ack(&AckFrame {
                 path: (rng.next_u32() % 3) as u8,
                 largest: rng.next_u32() % 64,
@@ -35,6 +40,12 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
                 recv_bytes: u64::from(rng.next_u32()),
             }),
             1 => w.ping(),
+            5 => w.policy(&PolicyFrame {
+                epoch: rng.next_u32() % 4,
+                default: ((rng.next_u32() % 8) as u8, (rng.next_u32() % 20) as u16),
+                rules: &rules[..rules.len() / 10 * 10],
+            }),
+            6 => w.policy_ack(rng.next_u32() % 4),
             2 => w.nack(&NackFrame {
                 path: (rng.next_u32() % 3) as u8,
                 first: rng.next_u32() % 64,

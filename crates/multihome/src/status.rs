@@ -10,6 +10,7 @@
 use anyhow::{Context, Result};
 use multihome_proto::endpoint::{Client, EndpointCounters, Server};
 use multihome_proto::path::PathId;
+use multihome_proto::policy::Policy;
 use multihome_proto::session::Session;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -113,9 +114,44 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
         "hold": {"packets": sc.held_packets, "bytes": sc.held_bytes,
                  "since_us": sc.held_since.map_or(0, |t| t.as_micros()),
                  "dropped_bytes": sc.hold_dropped_bytes, "dropped_age": sc.hold_dropped_age,
-                 "released": sc.hold_released},
+                 "released": sc.hold_released,
+                 // Per queue: the shared one (`any`) and one per `only:` link.
+                 "queues": s.hold_queues().into_iter().map(|(k, n, b)| json!({
+                     "link": k.map_or_else(|| "any".to_string(), name_of),
+                     "packets": n, "bytes": b})).collect::<Vec<_>>()},
+        "stated": stated_json(s, name_of),
         "links": links,
     })
+}
+
+/// A policy as written in config (`only:lte`), with its argument where it has one.
+fn policy_text(p: Policy, name_of: &dyn Fn(PathId) -> String) -> String {
+    match p {
+        Policy::Link(r) => format!("{}:{}", r.name(), name_of(r.link())),
+        Policy::Redundant { copies: Some(k) } => format!("redundant({k})"),
+        Policy::Realtime { deadline, .. } => format!("realtime({} ms)", deadline.as_millis()),
+        p => p.name().to_string(),
+    }
+}
+
+/// The stated downlink policy (PROTOCOL.md §8.5): on the client what it states and
+/// whether the server acknowledged it; on the server the statement in force.
+fn stated_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
+    let st = s.stated_stats();
+    let mut v = json!({"epoch": st.epoch, "rules": st.rules, "acked": st.acked,
+                       "sent": st.sent, "refused": st.refused});
+    if let Some((_, c)) = s.stated_policy() {
+        v["default"] = json!(policy_text(c.default, name_of));
+        v["rule_list"] = c
+            .rules
+            .iter()
+            .map(|r| {
+                json!({"protocol": r.protocol, "ports": r.ports, "dscp": r.dscp,
+                       "policy": policy_text(r.policy, name_of)})
+            })
+            .collect();
+    }
+    v
 }
 
 /// The client's status document.

@@ -6,8 +6,14 @@
 //! flags, and the server remembers it per flow in a bounded `FlowTable`, so return traffic
 //! is scheduled by the same policy without the server carrying the client's rules.
 //!
+//! Link policies (`only:`, `prefer:`, `backup:` a link) pin a flow to one link, or keep it
+//! off one, as MobilityFirst's per-interface policies do ("only Wi-Fi"); their DATA frames
+//! carry the `best` code (the flags have no room for a link), and the server learns them
+//! only from the client's stated policy (`session/stated.rs`).
+//!
 //! Invariant: classification never panics; an unparsable packet gets the default policy.
 
+use crate::path::PathId;
 use crate::Instant;
 use core::time::Duration;
 use foldhash::HashMap;
@@ -36,6 +42,39 @@ pub enum Policy {
         /// choice: it is not on the wire, so a peer's replies on the flow get parity.
         fec: bool,
     },
+    /// One link is singled out (`sched/link.rs`).
+    Link(LinkRule),
+}
+
+/// How a link policy treats its link (a path id: the client's link index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRule {
+    /// `only:<link>`: never another link; held while it is not live, even if others are
+    /// (`session/store.rs`).
+    Only(PathId),
+    /// `prefer:<link>`: this link whenever it is `Up`; the others (as `best`) only while
+    /// it is not.
+    Prefer(PathId),
+    /// `backup:<link>`: the others (as `best`); this link only while none of them is `Up`.
+    Backup(PathId),
+}
+
+impl LinkRule {
+    /// The link singled out.
+    pub fn link(self) -> PathId {
+        match self {
+            LinkRule::Only(l) | LinkRule::Prefer(l) | LinkRule::Backup(l) => l,
+        }
+    }
+
+    /// Name as used in config and status (before the `:`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkRule::Only(_) => "only",
+            LinkRule::Prefer(_) => "prefer",
+            LinkRule::Backup(_) => "backup",
+        }
+    }
 }
 
 /// Deadline of `realtime` when none is configured: ITU-T G.114's 150 ms mouth-to-ear
@@ -55,10 +94,10 @@ impl Policy {
         }
     }
 
-    /// Two-bit code carried in DATA flags.
+    /// Two-bit code carried in DATA flags (a link policy travels as `best`).
     pub fn code(self) -> u8 {
         match self {
-            Policy::Best => 0,
+            Policy::Best | Policy::Link(_) => 0,
             Policy::Redundant { .. } => 1,
             Policy::Aggregate => 2,
             Policy::Realtime { .. } => crate::wire::REALTIME_CODE,
@@ -113,6 +152,15 @@ impl Policy {
             Policy::Redundant { .. } => "redundant",
             Policy::Aggregate => "aggregate",
             Policy::Realtime { .. } => "realtime",
+            Policy::Link(r) => r.name(),
+        }
+    }
+
+    /// The link rule of a link policy.
+    pub fn link_rule(self) -> Option<LinkRule> {
+        match self {
+            Policy::Link(r) => Some(r),
+            _ => None,
         }
     }
 }
@@ -263,6 +311,15 @@ impl Classifier {
             rules: vec![],
             default: p,
         }
+    }
+
+    /// The policy of the first rule that matches `packet`, if one does.
+    pub fn rule_policy(&self, packet: &[u8]) -> Option<Policy> {
+        let (key, dscp) = parse_flow(packet)?;
+        self.rules
+            .iter()
+            .find(|r| r.matches(&key, dscp))
+            .map(|r| r.policy)
     }
 
     /// The policy of `packet`: the first rule that matches; else `realtime` (default

@@ -271,3 +271,48 @@ fn hold_limits_default_and_range() {
     assert!(e.message.contains("hold_max_s = 0"), "{e}");
     assert_eq!(e.line, 5, "{e}");
 }
+
+#[test]
+fn link_policies_name_links_and_errors_are_located() {
+    use multihome_proto::path::PathId;
+    use multihome_proto::policy::{LinkRule, Policy};
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS)
+        + "[policy]\ndefault = \"backup:lte\"\n[[policy.rule]]\nname = \"bulk\"\nports = \"80\"\n\
+           policy = \"only:dsl\"\n[[policy.rule]]\nname = \"ssh\"\nports = \"22\"\npolicy = \"prefer:lte\"\n";
+    let c = client(&t).unwrap();
+    assert_eq!(
+        c.classifier.default,
+        Policy::Link(LinkRule::Backup(PathId(1)))
+    );
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        Policy::Link(LinkRule::Only(PathId(0)))
+    );
+    assert_eq!(
+        c.classifier.rules[1].policy,
+        Policy::Link(LinkRule::Prefer(PathId(1)))
+    );
+    // An unknown link name: the line of the policy, the links to choose from.
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS)
+        + "[policy]\n[[policy.rule]]\nname = \"bulk\"\nports = \"80\"\npolicy = \"only:wifi\"\n";
+    let e = client(&t).unwrap_err();
+    assert_eq!(e.line, 20, "{e}");
+    assert!(e.message.contains("no [[link]] `wifi`"), "{e}");
+    assert!(e.fix.contains("dsl, lte"), "{e}");
+    let t =
+        client_src("server = \"10.0.1.1:7000\"\n", LINKS) + "[policy]\ndefault = \"first:dsl\"\n";
+    let e = client(&t).unwrap_err();
+    assert!(e.message.contains("unknown policy"), "{e}");
+    assert!(e.fix.contains("backup:LINK"), "{e}");
+    // The server has no links to name.
+    let t = format!(
+        "[server]\nlisten = \"0.0.0.0:7000\"\nprivate_key_file = \"/k\"\ntun_address = \"10.200.0.1/24\"\ndefault_policy = \"only:dsl\"\n\n[[peer]]\nname = \"home\"\npublic_key = \"{KEY}\"\nallowed_ips = [\"10.200.0.2/32\"]\n"
+    );
+    let e = server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &t,
+    })
+    .unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.message.contains("link policy is the client's"), "{e}");
+}

@@ -83,13 +83,9 @@ pub struct NamingWatch {
     status: serde_json::Value,
 }
 
+/// The policy's two-bit code, as DATA frames carry it (a link policy publishes as `best`).
 fn policy_code(p: &Policy) -> u8 {
-    match p {
-        Policy::Best => 0,
-        Policy::Redundant { .. } => 1,
-        Policy::Aggregate => 2,
-        Policy::Realtime { .. } => 3,
-    }
+    p.code()
 }
 
 /// Resolves the first server when `s` names none: waits (up to [`FIRST_RESOLUTION`])

@@ -251,6 +251,10 @@ impl Session {
                     s.path.on_pair_report(p.capacity_kbps);
                 }
             }
+            // Neither asks for a path ACK: each rides in a datagram that goes anyway
+            // (`stated.rs`), and the answer to a statement rides in the next one back.
+            Frame::Policy(f) => self.on_policy(&f),
+            Frame::PolicyAck(epoch) => self.on_policy_ack(epoch),
         }
     }
 
