@@ -7,7 +7,9 @@ flow over unequal links and trace pairs: goodput against the summed rate, RTT, r
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
 issue 6), ``copies-cpu`` (VoIP streams through ``redundant`` copies: daemon CPU per packet
 and loss against packets/s, user-space copies vs the kernel fast path vs plain routing;
-issue 17), ``all``. Needs root; builds its own namespaces and removes them, even after a failure.
+issue 17), ``vehicular`` (60-80 MB downloads from a car passing Wi-Fi hotspots: a
+resuming TCP/IP application vs multihome with store-and-forward; issue 16), ``all``. Needs
+root; builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -15,16 +17,34 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.bench import aggregate, copies_cpu, crosscheck, failover, overhead, simult_flows
+from lab.bench import (
+    aggregate,
+    copies_cpu,
+    crosscheck,
+    failover,
+    overhead,
+    simult_flows,
+    vehicular,
+)
 
-SUITES = ("simult-flows", "overhead", "failover", "aggregate", "crosscheck", "copies-cpu")
+SUITES = (
+    "simult-flows",
+    "overhead",
+    "failover",
+    "aggregate",
+    "crosscheck",
+    "copies-cpu",
+    "vehicular",
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     parser.add_argument("suite", choices=[*SUITES, "all"])
     parser.add_argument(
-        "--runs", type=int, help="runs per case (simult-flows 5, failover 3, aggregate 1)"
+        "--runs",
+        type=int,
+        help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range)",
     )
     parser.add_argument(
         "--cases",
@@ -78,6 +98,8 @@ def main() -> int:
                 seconds=args.seconds or copies_cpu.SECONDS,
                 isolate=args.isolate,
             )
+        elif suite == "vehicular":
+            vehicular.main(runs=args.runs, only=args.cases)
         else:
             failover.main(runs=args.runs or 3)
     return 0

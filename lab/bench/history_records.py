@@ -153,6 +153,15 @@ def _detour_relay(d: dict) -> list[tuple[str, dict]]:
     return [(mode, _figs(d[mode], keys)) for mode in ("nat", "tunnel") if mode in d]
 
 
+def _vehicular(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for name, s in d["summary"].items():
+        figs = {f"median_s_{m}": v for m, v in s["median_s"].items()}
+        figs.update(_figs(s, ("median_gain", "paired_gain_median", "trials")))
+        out.append((name, figs))
+    return out
+
+
 def _copies_cpu(d: dict) -> list[tuple[str, dict]]:
     summ = d["summary"]
     out = []
@@ -231,6 +240,7 @@ EXTRACT = {
     "race-eval": _race_eval,
     "detour-relay": _detour_relay,
     "copies-cpu": _copies_cpu,
+    "vehicular": _vehicular,
 }
 
 
