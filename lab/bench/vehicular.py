@@ -203,8 +203,8 @@ def main(runs: int | None = None, only: list[str] | None = None) -> None:
         progress(
             f"range {name}: median tcp-resume {s['median_s']['tcp-resume']:.1f} s, multihome "
             f"{s['median_s']['multihome']:.1f} s, gain {100 * s['median_gain']:.1f} % "
-            f"(paired {100 * (s['paired_gain_median'] or 0):.1f} %; "
-            f"paper {100 * (s['paper_gain'] or 0):.0f} %)"
+            f"(paired {100 * (s['paired_gain_median'] or 0):.1f} %"
+            + (f"; paper {100 * s['paper_gain']:.0f} %)" if s["paper_gain"] else ")")
         )
     data = {
         "params": {
