@@ -173,7 +173,9 @@ def main() -> None:
     args = ap.parse_args()
     out = args.results / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    for fn in [reorder_occupancy, reorder_density, both_vs_best, loss_table, fairness]:
+    from plot_vehicular import vehicular  # noqa: PLC0415 (beside this script)
+
+    for fn in [reorder_occupancy, reorder_density, both_vs_best, loss_table, fairness, vehicular]:
         try:
             fn(args.results, out)
             print(f"{fn.__name__}: ok")

@@ -12,8 +12,10 @@ trace links: frames on time and extra bytes per policy, issue 17), ``detours`` (
 detour experiments: slide-33 network, kernel MPTCP, multihome and plain TCP with and
 without a detour; issue 15), ``detour-relay`` (what forwarding a detour costs the relay's
 CPU; issue 15), ``naming`` (resolver publish/lookup latency on the embedded store and
-etcd, failover of 100 clients when their server dies; issue 18), ``all``. Needs root; builds
-its own namespaces and removes them, even after a failure.
+etcd, failover of 100 clients when their server dies; issue 18), ``vehicular`` (60-80 MB
+downloads from a car passing Wi-Fi hotspots: a resuming TCP/IP application vs multihome with
+store-and-forward; issue 16), ``all``. Needs root; builds its own namespaces and removes
+them, even after a failure.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from lab.bench import (
     overhead,
     realtime_media,
     simult_flows,
+    vehicular,
 )
 
 SUITES = (
@@ -45,6 +48,7 @@ SUITES = (
     "detours",
     "detour-relay",
     "naming",
+    "vehicular",
 )
 
 
@@ -52,7 +56,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     parser.add_argument("suite", choices=[*SUITES, "all"])
     parser.add_argument(
-        "--runs", type=int, help="runs per case (simult-flows 5, failover 3, aggregate 1)"
+        "--runs",
+        type=int,
+        help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range)",
     )
     parser.add_argument(
         "--cases",
@@ -131,6 +137,8 @@ def main() -> int:
             )
         elif suite == "naming":
             naming.main(seconds=int(args.seconds or 20), clients=args.clients)
+        elif suite == "vehicular":
+            vehicular.main(runs=args.runs, only=args.cases)
         else:
             failover.main(runs=args.runs or 3)
     return 0

@@ -170,6 +170,15 @@ def _detour_relay(d: dict) -> list[tuple[str, dict]]:
     return [(mode, _figs(d[mode], keys)) for mode in ("nat", "tunnel") if mode in d]
 
 
+def _vehicular(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for name, s in d["summary"].items():
+        figs = {f"median_s_{m}": v for m, v in s["median_s"].items()}
+        figs.update(_figs(s, ("median_gain", "paired_gain_median", "trials")))
+        out.append((name, figs))
+    return out
+
+
 def _copies_cpu(d: dict) -> list[tuple[str, dict]]:
     summ = d["summary"]
     out = []
@@ -279,6 +288,7 @@ EXTRACT = {
     "copies-cpu": _copies_cpu,
     "realtime-media": _realtime_media,
     "detours": _detours,
+    "vehicular": _vehicular,
 }
 
 

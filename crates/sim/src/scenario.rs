@@ -101,6 +101,9 @@ pub struct Scenario {
     /// Optional measurements.
     #[serde(default)]
     pub metrics: MetricsSpec,
+    /// A drive past Wi-Fi access points applied to one link (`drive.rs`): outages, carrier
+    /// events and a new client address at each association.
+    pub drive: Option<crate::drive::DriveSpec>,
 }
 
 /// Which aggregate scheduler the core runs.
@@ -312,6 +315,16 @@ pub struct FlowSpec {
     pub start: Duration,
     /// Bulk: bytes to transfer (`None`: until the end of the run).
     pub bytes: Option<u64>,
+    /// Bulk: with `bytes`, the size is uniform in [bytes, bytes_max] (drawn per run).
+    pub bytes_max: Option<u64>,
+    /// Start uniform in [start, start_max] (drawn per run).
+    #[serde(default, deserialize_with = "serde_duration::option")]
+    pub start_max: Option<Duration>,
+    /// Bulk without the tunnel, under a `[drive]`: when the client's address changes the
+    /// connection is dead; `true` reconnects (handshake, then a request for the rest, as an
+    /// HTTP Range request) — the resuming application of Mukherjee §4.2.1 — `false` stops.
+    #[serde(default)]
+    pub resume: bool,
     /// CBR / saturate: rate, e.g. `"64kbit"`.
     pub rate: Option<String>,
     /// CBR / saturate: IP packet size.
@@ -430,6 +443,15 @@ impl Scenario {
         for (i, f) in self.flows.iter().enumerate() {
             self.validate_flow(i, f)?;
         }
+        if let Some(d) = &self.drive {
+            d.validate().map_err(ScenarioError::Invalid)?;
+            if d.link >= self.links.len() || (!self.tunnel.enabled && d.link != 0) {
+                return bad(format!(
+                    "drive.link = {}: no such link (without the tunnel only link 0 is used)",
+                    d.link
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -462,7 +484,16 @@ impl Scenario {
                 if f.bytes == Some(0) {
                     return bad("bytes must be > 0");
                 }
+                if f.bytes_max.is_some_and(|m| f.bytes.is_none_or(|b| m < b)) {
+                    return bad("bytes_max needs bytes <= bytes_max");
+                }
             }
+        }
+        if f.start_max.is_some_and(|m| m < f.start) {
+            return bad("start_max must be >= start");
+        }
+        if f.resume && f.kind != FlowKind::Bulk {
+            return bad("resume applies to bulk flows");
         }
         let max_mss = self.tunnel.inner_mtu() - crate::packet::TCP_HEADERS;
         if f.mss.is_some_and(|m| !(100..=max_mss as u32).contains(&m)) {

@@ -144,6 +144,9 @@ pub struct TrafficReport {
     /// Bulk: time from start to the last byte, s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_s: Option<f64>,
+    /// Bulk with `resume`: reconnections made after address changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconnects: Option<u32>,
     /// TCP counters (bulk and web).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpStats>,

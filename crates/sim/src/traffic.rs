@@ -15,6 +15,7 @@ use crate::packet::{self, Addrs, Body, Parsed};
 use crate::scenario::{Direction, FlowKind, FlowSpec, SizeDist};
 use crate::stats::{Histogram, TrafficReport};
 use crate::tcp::{TcpConfig, TcpReceiver, TcpSender, TcpStats};
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, Pareto};
 use std::time::Duration;
@@ -35,12 +36,17 @@ pub type Emit = Vec<(Side, Vec<u8>)>;
 pub const ORIGIN_PORT: u16 = 80;
 /// Web request size (bytes of payload).
 const REQUEST_BYTES: u64 = 300;
+/// Reconnections a resuming bulk flow may make (each uses 4 ports: SYN, SYN-ACK, request,
+/// response, modelled as 1-byte, 1-byte, request and data transfers).
+pub const MAX_RESUMES: u16 = 1000;
 
 struct Conn {
     sender: TcpSender,
     receiver: TcpReceiver,
     /// Side the data leaves from.
     data_side: Side,
+    /// Its client address is gone (a drive's new address): it neither sends nor receives.
+    dead: bool,
 }
 
 impl Conn {
@@ -53,6 +59,7 @@ impl Conn {
             sender: TcpSender::new(cfg, data, total),
             receiver: TcpReceiver::new(data.reversed(), total),
             data_side: side,
+            dead: false,
         }
     }
 
@@ -110,6 +117,13 @@ pub struct App {
     cbr_jitter: f64,
     cbr_last_transit: Option<f64>,
     cbr_rx_window: Option<(Duration, Duration)>,
+    // Bulk state: size (drawn when `bytes_max` is set), bytes of abandoned connections,
+    // reconnections so far, completion.
+    bulk_bytes: Option<u64>,
+    bulk_got: u64,
+    resumes: u16,
+    bulk_done: Option<Duration>,
+    started_at: Option<Duration>,
 }
 
 impl App {
@@ -117,6 +131,7 @@ impl App {
     pub fn ports_needed(spec: &FlowSpec) -> u16 {
         match spec.kind {
             FlowKind::Web => (spec.objects.unwrap_or(1) * 2) as u16,
+            FlowKind::Bulk if spec.resume => 1 + 4 * MAX_RESUMES,
             _ => 1,
         }
     }
@@ -148,8 +163,23 @@ impl App {
             }
             _ => (Duration::ZERO, 0),
         };
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Extra draws only for flows that ask for them: other scenarios keep their bytes.
+        let start = match spec.start_max {
+            Some(m) if m > spec.start => rng.gen_range(spec.start..m),
+            _ => spec.start,
+        };
+        let bulk_bytes = match (spec.bytes, spec.bytes_max) {
+            (Some(b), Some(m)) if m > b => Some(rng.gen_range(b..=m)),
+            (b, _) => b,
+        };
         App {
-            next_action: Some(spec.start),
+            next_action: Some(start),
+            bulk_bytes,
+            bulk_got: 0,
+            resumes: 0,
+            bulk_done: None,
+            started_at: None,
             stop,
             spec,
             client,
@@ -159,7 +189,7 @@ impl App {
             origin_ip,
             tcp,
             conns: (0..ports).map(|_| None).collect(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng,
             object: 0,
             object_started: Duration::ZERO,
             object_times: Vec::new(),
@@ -196,6 +226,7 @@ impl App {
         self.conns
             .iter()
             .flatten()
+            .filter(|c| !c.dead)
             .filter_map(|c| c.sender.deadline())
             .chain(self.next_action)
             .min()
@@ -229,7 +260,7 @@ impl App {
             self.next_action = None;
             self.act(now, out);
         }
-        for c in self.conns.iter_mut().flatten() {
+        for c in self.conns.iter_mut().flatten().filter(|c| !c.dead) {
             if c.sender.deadline().is_some_and(|d| d <= now) {
                 let mut pkts = Vec::new();
                 c.sender.on_timeout(now, &mut pkts);
@@ -241,7 +272,8 @@ impl App {
     fn act(&mut self, now: Duration, out: &mut Emit) {
         match self.spec.kind {
             FlowKind::Bulk => {
-                let total = self.spec.bytes.unwrap_or(u64::MAX);
+                let total = self.bulk_bytes.unwrap_or(u64::MAX);
+                self.started_at = Some(now);
                 self.open(0, self.spec.direction, total, now, out);
             }
             FlowKind::Web => {
@@ -284,6 +316,9 @@ impl App {
                 let Some(Some(c)) = self.conns.get_mut(usize::from(k)) else {
                     return;
                 };
+                if c.dead {
+                    return;
+                }
                 if side == c.data_side {
                     if let Some(a) = ack {
                         let mut pkts = Vec::new();
@@ -304,6 +339,9 @@ impl App {
     }
 
     fn on_transfer_done(&mut self, now: Duration, k: u16, out: &mut Emit) {
+        if self.spec.kind == FlowKind::Bulk {
+            return self.on_resume_step(now, k, out);
+        }
         if self.spec.kind != FlowKind::Web {
             return;
         }
@@ -322,6 +360,45 @@ impl App {
                 0.0
             };
             self.next_action = Some(now + Duration::from_secs_f64(wait));
+        }
+    }
+
+    /// A transfer of a bulk flow ended: the data (done), or a step of a reconnection
+    /// (SYN at the origin, SYN-ACK at the client, the request at the origin).
+    fn on_resume_step(&mut self, now: Duration, k: u16, out: &mut Emit) {
+        match k % 4 {
+            0 => self.bulk_done = Some(now),
+            1 => self.open(k + 1, Direction::Down, 1, now, out),
+            2 => self.open(k + 1, Direction::Up, REQUEST_BYTES, now, out),
+            _ => {
+                let total = self.bulk_bytes.unwrap_or(u64::MAX);
+                let rest = total.saturating_sub(self.bulk_got).max(1);
+                self.open(k + 1, self.spec.direction, rest, now, out);
+            }
+        }
+    }
+
+    /// The client's address changed (a drive without the tunnel): every connection of this
+    /// app is dead; a resuming bulk flow reconnects and asks for the rest.
+    pub fn on_new_address(&mut self, now: Duration, out: &mut Emit) {
+        if self.spec.kind != FlowKind::Bulk || self.bulk_done.is_some() {
+            return;
+        }
+        let mut started = false;
+        for (k, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c.as_mut().filter(|c| !c.dead) else {
+                continue;
+            };
+            started = true;
+            c.dead = true;
+            if k % 4 == 0 {
+                self.bulk_got += c.receiver.delivered();
+            }
+        }
+        if started && self.spec.resume && self.resumes < MAX_RESUMES {
+            let base = 1 + 4 * self.resumes;
+            self.resumes += 1;
+            self.open(base, Direction::Up, 1, now, out);
         }
     }
 
@@ -367,17 +444,25 @@ impl App {
             ..Default::default()
         };
         let mut tcp = TcpStats::default();
-        for c in self.conns.iter().flatten() {
+        let bulk = self.spec.kind == FlowKind::Bulk;
+        for (k, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
             tcp.retransmits += c.sender.stats.retransmits;
             tcp.fast_retransmits += c.sender.stats.fast_retransmits;
             tcp.timeouts += c.sender.stats.timeouts;
             tcp.segments += c.sender.stats.segments;
-            r.bytes_delivered += c.receiver.delivered();
+            if !bulk || k % 4 == 0 {
+                r.bytes_delivered += c.receiver.delivered();
+            }
         }
         match self.spec.kind {
             FlowKind::Bulk => {
-                let done = self.conns[0].as_ref().and_then(|c| c.receiver.done_at);
-                r.completion_s = done.map(|t| t.saturating_sub(start).as_secs_f64());
+                // Measured from the flow's own start (drawn when `start_max` is set).
+                let start = self.started_at.unwrap_or(start);
+                r.completion_s = self
+                    .bulk_done
+                    .map(|t| t.saturating_sub(start).as_secs_f64());
+                r.reconnects = self.spec.resume.then_some(u32::from(self.resumes));
                 let busy = r.completion_s.unwrap_or(span).max(1e-9);
                 r.goodput_mbit = r.bytes_delivered as f64 * 8.0 / busy / 1e6;
                 r.tcp = Some(tcp);

@@ -3,7 +3,11 @@
 //!
 //! Links are watched with netlink: a link whose interface goes down is marked unavailable
 //! at once (failover does not wait for the detection timer), and one that comes up — or
-//! appears later — is (re)bound and used without a restart.
+//! appears later — is (re)bound and used without a restart. A link is usable only while its
+//! interface also has an address of the server's family (not IPv6 link-local): without one
+//! the kernel sends from another interface's address, which the server would follow and
+//! answer where nobody listens (a Wi-Fi interface between association and DHCP). The
+//! address's arrival makes the link usable at once, so the first probe leaves right then.
 
 use super::core::ClientCore;
 use super::driver::{Driver, Services, Watch};
@@ -74,8 +78,7 @@ async fn run_loop(mut s: ClientSettings, key: multihome_proto::crypto::StaticSec
         let l = &bind.links()[i];
         client.add_link(clock.now(), PathId(i as u8), l.server);
         client.set_link_cost(PathId(i as u8), s.links[i].cost);
-        let up =
-            multihome_io::netlink::link_is_up(&l.interface).unwrap_or(false) && bind.is_bound(i);
+        let up = link_usable(&l.interface, l.server, None) && bind.is_bound(i);
         client.set_link_available(clock.now(), PathId(i as u8), up);
         tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, cost = s.links[i].cost, "link configured");
     }
@@ -169,19 +172,37 @@ impl Watch<ClientCore, LinkBind> for LinkWatch {
     }
 }
 
+/// Whether `interface` can reach `server`: up and running (`carrier`, when an event just
+/// said so, else asked) with an address of the server's family. A failed address query
+/// counts as having one (the behaviour before addresses were watched).
+fn link_usable(interface: &str, server: std::net::SocketAddr, carrier: Option<bool>) -> bool {
+    let up =
+        carrier.unwrap_or_else(|| multihome_io::netlink::link_is_up(interface).unwrap_or(false));
+    up && multihome_io::netlink::interface_addresses(interface).map_or(true, |addrs| {
+        addrs.iter().any(|a| match (a.addr(), server) {
+            (std::net::IpAddr::V4(_), std::net::SocketAddr::V4(_)) => true,
+            (std::net::IpAddr::V6(v6), std::net::SocketAddr::V6(_)) => {
+                v6.segments()[0] & 0xffc0 != 0xfe80
+            }
+            _ => false,
+        })
+    })
+}
+
 /// Marks links whose interface went down unavailable at once, and (re)binds and uses
 /// those whose interface came up.
 fn on_link_events(clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind, events: &[LinkEvent]) {
     for e in events {
-        let (name, up) = match e {
-            LinkEvent::Up { name, .. } => (name, true),
-            LinkEvent::Down { name, .. } => (name, false),
-            _ => continue,
+        let (name, carrier) = match e {
+            LinkEvent::Up { name, .. } => (name, Some(true)),
+            LinkEvent::Down { name, .. } => (name, Some(false)),
+            LinkEvent::AddrAdded { name, .. } | LinkEvent::AddrRemoved { name, .. } => (name, None),
         };
         for i in 0..bind.links().len() {
             if &bind.links()[i].interface != name {
                 continue;
             }
+            let up = link_usable(name, bind.links()[i].server, carrier);
             if up && !bind.is_bound(i) {
                 bind.rebind(i);
             }

@@ -286,6 +286,12 @@ impl Client {
 
     /// Earliest time `handle_timeout` has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        // With no interface usable no handshake can go out (`handshake_due`): its timers
+        // (retry, rekey, the dead session's re-handshake) would stay in the past and wake
+        // the caller in a loop until an interface is back (which the caller reports).
+        if !self.links.iter().any(|l| l.available) {
+            return self.session.poll_timeout();
+        }
         let hs = match &self.pending {
             Some(p) => Some(p.sent_at + HANDSHAKE_RETRY),
             None => Some(

@@ -94,7 +94,7 @@ impl World {
         let tunnel = scn.tunnel.enabled;
         let session = session_config(scn);
         let default_policy = scn.tunnel.policy.to_proto(None);
-        let links: Vec<_> = scn
+        let mut links: Vec<_> = scn
             .links
             .iter()
             .enumerate()
@@ -122,6 +122,12 @@ impl World {
             });
         }
         let hop_seed = master.next_u64();
+        let drive = scn
+            .drive
+            .as_ref()
+            .map(|d| super::drive::prepare(d, seed, scn.duration, &mut links))
+            .transpose()
+            .map_err(WorldError::Build)?;
         let Hops {
             hops,
             links: firsts,
@@ -149,6 +155,7 @@ impl World {
             emit_buf: Vec::new(),
             last_fire: vec![(Duration::MAX, 0); 1 + n_clients],
             counters: Default::default(),
+            drive,
         };
         w.arm_first_timers();
         Ok(w)
@@ -166,6 +173,11 @@ impl World {
             let t = self.apps[a as usize].deadline();
             self.q.arm(self.node_id(Node::App(a)), t);
         }
+        let t = self
+            .drive
+            .as_ref()
+            .and_then(super::drive::DriveState::deadline);
+        self.q.arm(self.node_id(Node::Drive), t);
     }
 }
 

@@ -14,6 +14,7 @@
 //! same instant (a livelock in the core) stops the run with an error naming it.
 
 mod build;
+mod drive;
 mod report;
 mod trace;
 
@@ -126,11 +127,13 @@ enum Node {
     Client(u32),
     Hop(u32),
     App(u32),
+    /// The scenario's drive (`drive.rs`), if any.
+    Drive,
 }
 
 impl Node {
     fn count(clients: usize, hops: usize, apps: usize) -> usize {
-        1 + clients + hops + apps
+        1 + clients + hops + apps + 1
     }
 }
 
@@ -160,6 +163,7 @@ pub struct World {
     /// Per endpoint node (server, clients): (instant, wake-ups at it), for the livelock guard.
     last_fire: Vec<(Duration, u32)>,
     counters: SimCounters,
+    drive: Option<drive::DriveState>,
 }
 
 fn pi(d: Duration) -> multihome_proto::Instant {
@@ -178,6 +182,7 @@ impl World {
             Node::Client(i) => 1 + i,
             Node::Hop(i) => 1 + c + i,
             Node::App(i) => 1 + c + h + i,
+            Node::Drive => 1 + c + h + self.apps.len() as u32,
         }
     }
 
@@ -187,7 +192,8 @@ impl World {
             0 => Node::Server,
             i if i <= c => Node::Client(i - 1),
             i if i <= c + h => Node::Hop(i - 1 - c),
-            i => Node::App(i - 1 - c - h),
+            i if i <= c + h + self.apps.len() as u32 => Node::App(i - 1 - c - h),
+            _ => Node::Drive,
         }
     }
 
@@ -233,6 +239,7 @@ impl World {
                     self.emit(a, out);
                     self.rearm_app(a);
                 }
+                Node::Drive => self.on_drive(),
             }
             self.settle();
         }
@@ -457,7 +464,8 @@ impl World {
                 work = true;
                 self.counters.datagrams += 1;
                 let hop = self.clients[c as usize].links[usize::from(t.path.0)].0;
-                self.send_datagram(c, UP, hop, client_addr(c, t.path.0), bytes, t.len);
+                let src = self.src_addr(c, t.path.0);
+                self.send_datagram(c, UP, hop, src, bytes, t.len);
             }
             let mut buf = std::mem::take(&mut self.deliver_buf);
             while let Some(n) = self.clients[c as usize]
@@ -499,9 +507,11 @@ impl World {
                 };
                 work = true;
                 self.counters.datagrams += 1;
-                let Some((c, l)) = decode_client_addr(t.dst)
-                    .filter(|&(c, l)| c < self.n_clients && usize::from(l) < self.links_of(c))
-                else {
+                let Some((c, l)) = decode_client_addr(t.dst).filter(|&(c, l)| {
+                    c < self.n_clients
+                        && usize::from(l) < self.links_of(c)
+                        && self.addr_current(t.dst, l)
+                }) else {
                     self.counters.unroutable += 1;
                     self.recycle(bytes);
                     continue;

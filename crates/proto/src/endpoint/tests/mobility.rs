@@ -269,3 +269,33 @@ fn the_hold_is_bounded_and_drops_oldest_first() {
         }
     }
 }
+
+/// Every interface gone (a car between hotspots: no carrier, no address) for 130 s, past
+/// the dead session's re-handshake (2 x detect) and the rekey (`REKEY_AFTER`, 120 s). No
+/// handshake can go out, so their timers must not stay due: a timer in the past that
+/// `handle_timeout` cannot clear woke the daemon in a loop for the whole gap (the harness
+/// stops at 100 000 wake-ups at one instant; the simulator stopped on both as livelocks).
+/// When the interface is back, the path is Up again within a few round trips (20 ms).
+#[test]
+fn no_busy_timer_while_every_interface_is_gone() {
+    let mut p = Pair::new(vec![Link::new(10, Some(20.0))], Policy::Best, None, 62);
+    p.establish();
+    let gone = p.now;
+    p.client.set_link_available(gone, PathId(0), false);
+    p.run_until(gone + Duration::from_secs(130));
+    let t = p.client.poll_timeout();
+    assert!(
+        t.is_none_or(|t| t > p.now),
+        "timer due with nothing to do: {t:?} at {:?}",
+        p.now
+    );
+    let back = p.now;
+    p.client.set_link_available(back, PathId(0), true);
+    p.run_until(back + Duration::from_millis(200));
+    let state = p.client.session().paths().next().map(|s| s.state());
+    assert_eq!(
+        state,
+        Some(PathState::Up),
+        "path not Up 200 ms after its interface returned"
+    );
+}
