@@ -51,7 +51,8 @@ def main() -> int:
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'",
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; vehicular: AP-gap "
+        "ranges 100-300 300-500 and the cross-check point fixed-400",
     )
     parser.add_argument(
         "--scheduler",
