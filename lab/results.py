@@ -19,10 +19,11 @@ from lab.netns import REPO_ROOT
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
-# Result folders: files there are what benchmarks write, not code, so they do not make a tree
-# dirty (a run's own output, or the previous run's uncommitted result, flagged every
-# crosscheck and every second benchmark of a series as built from modified code).
-RESULT_PATHS = ("bench/results", "sim/results")
+# Result folders (and the history log write_result appends to): files there are what
+# benchmarks write, not code, so they do not make a tree dirty (a run's own output, or the
+# previous run's uncommitted result, flagged every crosscheck and every second benchmark of a
+# series as built from modified code).
+RESULT_PATHS = ("bench/results", "sim/results", "bench/history.jsonl")
 
 
 def git_revision() -> tuple[str, bool]:

@@ -69,11 +69,15 @@ class TcpTransfer:
         cc: str,
         seed: int = 1,
         port: int = 9000,
+        mptcp: bool = False,
     ) -> None:
         self.mib = mib
         self.seed = seed
         self.started = time.monotonic()
-        self.receiver = dst.spawn(tool_cmd("tcpxfer", "recv", "--port", str(port)), f"rx{port}")
+        extra = ["--mptcp"] if mptcp else []
+        self.receiver = dst.spawn(
+            tool_cmd("tcpxfer", "recv", "--port", str(port), *extra), f"rx{port}"
+        )
         wait_listening(self.receiver)
         self.sender = src.spawn(
             tool_cmd(
@@ -89,6 +93,7 @@ class TcpTransfer:
                 str(seed),
                 "--cc",
                 cc,
+                *extra,
             ),
             f"tx{port}",
         )
@@ -99,6 +104,15 @@ class TcpTransfer:
             if line.startswith("PROGRESS "):
                 return int(line.split()[1])
         return 0
+
+    def progress(self) -> list[tuple[float, int]]:
+        """(seconds since accept, bytes received) at each progress report so far."""
+        out = []
+        for line in self.receiver.output().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "PROGRESS":
+                out.append((float(parts[2]), int(parts[1])))
+        return out
 
     def wait_progress(self, nbytes: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -54,6 +54,7 @@ pub fn handshake(data: &[u8]) {
             }],
             session: SessionConfig::default(),
             default_policy: Policy::Best,
+            downstream_copies: None,
             ciphers: CipherSet::ALL,
         },
         1,

@@ -10,12 +10,14 @@
 mod config;
 mod detour;
 mod endpoint;
+mod naming;
 mod race;
 mod wire;
 
 pub use config::config;
 pub use detour::relay_request;
 pub use endpoint::{handshake, session_data};
+pub use naming::naming_record;
 pub use race::{nfqueue, race_packet};
 pub use wire::{frames, outer_header};
 

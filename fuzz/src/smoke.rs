@@ -3,6 +3,7 @@
 //! bodies' own assertions are known to hold on well-formed input.
 
 use super::*;
+use multihome_proto::wire::stated::PolicyFrame;
 use multihome_proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -26,7 +27,11 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
     .unwrap();
     for _ in 0..rng.next_u32() % 4 {
         let payload = bytes(rng, 200);
-        let _ = match rng.next_u32() % 5 {
+        let mut rules = bytes(rng, 12 * 10);
+        if rng.next_u32() % 2 == 0 {
+            rules.fill(0); // all-zero rules are valid: any protocol, port, DSCP -> best
+        }
+        let _ = match rng.next_u32() % 7 {
             0 => w.ack(&AckFrame {
                 path: (rng.next_u32() % 3) as u8,
                 largest: rng.next_u32() % 64,
@@ -35,6 +40,12 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
                 recv_bytes: u64::from(rng.next_u32()),
             }),
             1 => w.ping(),
+            5 => w.policy(&PolicyFrame {
+                epoch: rng.next_u32() % 4,
+                default: ((rng.next_u32() % 8) as u8, (rng.next_u32() % 20) as u16),
+                rules: &rules[..rules.len() / 10 * 10],
+            }),
+            6 => w.policy_ack(rng.next_u32() % 4),
             2 => w.nack(&NackFrame {
                 path: (rng.next_u32() % 3) as u8,
                 first: rng.next_u32() % 64,
@@ -248,13 +259,56 @@ fn relay_target() {
     assert!(records >= RUNS / 2);
 }
 
+/// Signed records and resolver messages, intact and mutated, through the naming body.
+#[test]
+fn naming_record_smoke() {
+    use multihome_naming::message::{Request, Response, Status};
+    use multihome_naming::{Body, IdentityBody, LinkAddr, Record, SignedRecord};
+    let mut rng = ChaCha8Rng::seed_from_u64(18);
+    let sk = multihome_proto::crypto::StaticSecret::from_bytes([5; 32]);
+    let mut admitted = 0;
+    for i in 0..RUNS as u64 {
+        let rec = Record {
+            key: sk.public_key(),
+            seq: i,
+            expires_ms: 1_700_000_000_000 + 60_000,
+            body: Body::Identity(IdentityBody {
+                server: None,
+                policy: (i % 4) as u8,
+                links: (0..i % 4)
+                    .map(|l| LinkAddr {
+                        name: format!("l{l}"),
+                        addr: "192.0.2.1:5".parse().unwrap(),
+                    })
+                    .collect(),
+            }),
+        };
+        let mut b = SignedRecord::sign(rec, &sk).unwrap().bytes().to_vec();
+        if i % 2 == 1 {
+            let at = rng.next_u32() as usize % b.len();
+            b[at] ^= 1 + (rng.next_u32() % 255) as u8;
+        }
+        if multihome_naming::admit(&b, 1_700_000_000_000).is_ok() {
+            admitted += 1;
+        }
+        naming_record(&b);
+        naming_record(&Request::Publish(b.clone()).encode(i as u32));
+        let resp = Response { id: 1, op: 2, status: Status::Ok, responder: sk.public_key().session_id(), records: vec![b] };
+        naming_record(&resp.encode());
+        naming_record(&bytes(&mut rng, 800));
+    }
+    // Every intact record, and no mutated one (a flipped bit breaks format or signature).
+    assert_eq!(admitted, RUNS / 2);
+}
+
 /// Every input a fuzzer once crashed on, kept in `fuzz/regressions/<target>/` and replayed
 /// on stable so a fixed crash stays fixed even where nightly is unavailable.
 #[test]
 fn regressions_replay() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
-    let targets: [(&str, fn(&[u8])); 8] = [
+    let targets: [(&str, fn(&[u8])); 9] = [
         ("config", crate::config),
+        ("naming_record", crate::naming_record),
         ("frames", crate::frames),
         ("handshake", crate::handshake),
         ("nfqueue", |b| {

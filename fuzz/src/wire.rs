@@ -2,6 +2,7 @@
 
 use multihome_proto::crypto::TAG_LEN;
 use multihome_proto::header_compress::Decompressor;
+use multihome_proto::wire::stated::{self, PolicyFrame};
 use multihome_proto::wire::{
     Frame, FrameReader, FrameWriter, InnerHeader, MessageType, OuterPacket, DATA_HEADER_LEN,
     HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
@@ -45,9 +46,26 @@ pub fn outer_header(data: &[u8]) {
     }
 }
 
+/// A POLICY frame's statement (`wire::stated`): decoding never panics; what decodes has
+/// at most `MAX_STATED_RULES` rules and encodes back to the frame's rules exactly.
+fn stated_is_canonical(f: &PolicyFrame<'_>) {
+    let Ok(c) = stated::decode(f) else {
+        return;
+    };
+    assert!(c.rules.len() <= stated::MAX_STATED_RULES);
+    assert_eq!(
+        stated::policy_code(c.default),
+        f.default,
+        "default re-encoded"
+    );
+    let rules = stated::encode_rules(&c).expect("a decoded statement is statable");
+    assert_eq!(rules, f.rules, "rules re-encoded");
+}
+
 /// `InnerHeader::parse` then `FrameReader` to the end or the first error; re-encoding
 /// what parsed with `FrameWriter` must give the input's bytes exactly (all of them if no
-/// frame failed, else the prefix that parsed) — the encoding is canonical.
+/// frame failed, else the prefix that parsed) — the encoding is canonical; a POLICY
+/// frame's statement decodes canonically too (`stated_is_canonical`).
 pub fn frames(data: &[u8]) {
     let Ok((hdr, rest)) = InnerHeader::parse(data) else {
         assert!(data.len() < InnerHeader::LEN, "valid header refused");
@@ -74,6 +92,11 @@ pub fn frames(data: &[u8]) {
                 w.fec(&f)
             }
             Ok(Frame::DataDefine(ctx, d)) => w.data_define(ctx, &d),
+            Ok(Frame::Policy(f)) => {
+                stated_is_canonical(&f);
+                w.policy(&f)
+            }
+            Ok(Frame::PolicyAck(epoch)) => w.policy_ack(epoch),
             Ok(Frame::DataCompressed(c)) => {
                 // Whatever the body, restoring it must not panic; a restored packet is a
                 // well-formed IPv4/TCP packet of the announced length.

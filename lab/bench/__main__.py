@@ -7,9 +7,15 @@ flow over unequal links and trace pairs: goodput against the summed rate, RTT, r
 4), ``crosscheck`` (one two-link scenario in the lab and in the simulator: goodput within 10 %,
 issue 6), ``copies-cpu`` (VoIP streams through ``redundant`` copies: daemon CPU per packet
 and loss against packets/s, user-space copies vs the kernel fast path vs plain routing;
-issue 17), ``vehicular`` (60-80 MB downloads from a car passing Wi-Fi hotspots: a
-resuming TCP/IP application vs multihome with store-and-forward; issue 16), ``all``. Needs
-root; builds its own namespaces and removes them, even after a failure.
+issue 17), ``realtime-media`` (a video call + voice with a 150 ms deadline over lossy and
+trace links: frames on time and extra bytes per policy, issue 17), ``detours`` (Brennan's
+detour experiments: slide-33 network, kernel MPTCP, multihome and plain TCP with and
+without a detour; issue 15), ``detour-relay`` (what forwarding a detour costs the relay's
+CPU; issue 15), ``naming`` (resolver publish/lookup latency on the embedded store and
+etcd, failover of 100 clients when their server dies; issue 18), ``vehicular`` (60-80 MB
+downloads from a car passing Wi-Fi hotspots: a resuming TCP/IP application vs multihome with
+store-and-forward; issue 16), ``all``. Needs root; builds its own namespaces and removes
+them, even after a failure.
 """
 
 from __future__ import annotations
@@ -21,8 +27,12 @@ from lab.bench import (
     aggregate,
     copies_cpu,
     crosscheck,
+    detour_relay,
+    detours,
     failover,
+    naming,
     overhead,
+    realtime_media,
     simult_flows,
     vehicular,
 )
@@ -34,6 +44,10 @@ SUITES = (
     "aggregate",
     "crosscheck",
     "copies-cpu",
+    "realtime-media",
+    "detours",
+    "detour-relay",
+    "naming",
     "vehicular",
 )
 
@@ -51,7 +65,9 @@ def main() -> int:
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; vehicular: AP-gap "
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
+        "these cases or trace pairs by name; detours: "
+        "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
         "ranges 100-300 300-500 and the cross-check point fixed-400",
     )
     parser.add_argument(
@@ -63,9 +79,22 @@ def main() -> int:
         "--seconds",
         type=float,
         help="overhead: seconds per TCP test; aggregate: seconds per flow (default 30); "
-        "copies-cpu: seconds per point (default 5)",
+        "copies-cpu: seconds per point (default 5); "
+        "realtime-media: seconds per measured stream (default 20); "
+        "detours, detour-relay: seconds per run (default 20, 10); "
+        "naming: seconds of timed load per store (default 20)",
+    )
+    parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
+    parser.add_argument(
+        "--mechanisms",
+        nargs="*",
+        choices=detours.MECHANISMS,
+        help="detours: only these mechanisms",
     )
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
+    parser.add_argument(
+        "--clients", type=int, default=100, help="naming: clients in the failover run"
+    )
     parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
     )
@@ -91,6 +120,14 @@ def main() -> int:
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
             aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
+        elif suite == "realtime-media":
+            realtime_media.main(seconds=args.seconds, only=args.cases)
+        elif suite == "detours":
+            detours.main(
+                seconds=args.seconds, only=args.cases, quick=args.quick, mechanisms=args.mechanisms
+            )
+        elif suite == "detour-relay":
+            detour_relay.main(["--seconds", str(args.seconds or 10)])
         elif suite == "crosscheck":
             crosscheck.main(runs=args.runs, lab_from=args.lab_from)
         elif suite == "copies-cpu":
@@ -99,6 +136,8 @@ def main() -> int:
                 seconds=args.seconds or copies_cpu.SECONDS,
                 isolate=args.isolate,
             )
+        elif suite == "naming":
+            naming.main(seconds=int(args.seconds or 20), clients=args.clients)
         elif suite == "vehicular":
             vehicular.main(runs=args.runs, only=args.cases)
         else:

@@ -15,7 +15,8 @@ iperf3's TCP control connection is not a detour: a table of the benchmark's own 
 to the server (and the server routes back through the relay). Writes
 ``bench/results/detour-relay.json`` with the revision (``lab/results.py``).
 
-Run (as root): ``.venv/bin/python -m lab.bench.detour_relay [--seconds 10]``.
+Run (as root): ``.venv/bin/python -m lab.bench detour-relay [--seconds 10]`` (or
+``.venv/bin/python -m lab.bench.detour_relay``).
 """
 
 from __future__ import annotations
@@ -28,15 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.netns import REPO_ROOT
 from lab.results import write_result
+from lab.topology import multihome_binary
 
 RELAY_IP, SERVER_IP, CLIENT_IP = "198.51.100.1", "203.0.113.2", "198.51.100.2"
 LISTEN_PORT, CLIENT_PORT, IPERF_PORT = 51900, 4000, 5201
-
-
-def target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
 
 
 def sh(*args: str, check: bool = True) -> str:
@@ -190,7 +187,7 @@ def run_mode(mode: str, mbps: int, seconds: float, multihome: Path, tool: Path) 
             sh("ip", "netns", "del", ns, check=False)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--nat-mbps", type=int, default=100)
@@ -200,9 +197,10 @@ def main() -> int:
         default=1000,
         help="offered rate of the tunnel run (0: unlimited)",
     )
-    args = ap.parse_args()
-    release = target_dir() / "release"
-    multihome, tool = release / "multihome", release / "examples" / "detour_request"
+    args = ap.parse_args(argv)
+    # $MULTIHOME_BIN (or <target dir>/release/multihome) and the example built beside it.
+    multihome = multihome_binary()
+    tool = multihome.parent / "examples" / "detour_request"
     for b in (multihome, tool):
         if not b.exists():
             raise SystemExit(

@@ -60,7 +60,10 @@ COMMANDS = {
     "aggregate": f"{PY} -m lab.bench aggregate",
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
-    "detour-relay": f"{PY} -m lab.bench.detour_relay",
+    "realtime-media": f"{PY} -m lab.bench realtime-media",
+    "detour-relay": f"{PY} -m lab.bench detour-relay",
+    "detours": f"{PY} -m lab.bench detours",
+    "detours-quick": f"{PY} -m lab.bench detours --quick",
     "race-bench": f"{PY} -m lab.race.bench",
     "race-bench-1000mbit": f"{PY} -m lab.race.bench --rate-mbit 1000",
     "race-eval-wired-wired": f"{PY} -m lab.race.experiment --config wired-wired",
@@ -68,6 +71,11 @@ COMMANDS = {
     "race-eval-wireless-wireless": (
         f"{PY} -m lab.race.experiment --config wireless-wireless --live"
     ),
+    "race-eval-cellular": f"{PY} -m lab.race.traces --config cellular",
+    "race-eval-cellular-upload": f"{PY} -m lab.race.traces --config cellular-upload",
+    "race-eval-dsl-cellular": f"{PY} -m lab.race.traces --config dsl-cellular",
+    "race-eval-dsl-cellular-upload": f"{PY} -m lab.race.traces --config dsl-cellular-upload",
+    "race-eval-5gophers": f"{PY} -m lab.race.traces --config 5gophers",
     "sim-bench": (
         "cargo run --profile bench-speed -p multihome-sim -- bench --sessions 1000 --seconds 60"
         " --out sim/results/bench"
@@ -278,6 +286,69 @@ def _table_overhead(rs: list[dict]) -> list[str]:
     return rows
 
 
+RT_POLICIES = ("realtime+fec", "realtime-nofec", "redundant", "aggregate", "best")
+
+
+def _pct(v: object) -> str:
+    return f"{100 * v:.2f} %" if isinstance(v, float | int) and not isinstance(v, bool) else "—"
+
+
+def _table_realtime_media(rs: list[dict]) -> list[str]:
+    rows = [
+        "| case | policy | frames on time | packets not on time | packets after deadline | "
+        "bytes sent / delivered | extra bytes over best |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        if "error" in f:
+            rows.append(f"| {r['case']} | failed or skipped | | | | | |")
+            continue
+        for p in RT_POLICIES:
+            if f"{p}.frames_on_time" not in f:
+                continue
+            rows.append(
+                f"| {r['case']} | {p} | {_pct(f[f'{p}.frames_on_time'])} | "
+                f"{_pct(f.get(f'{p}.packets_not_on_time'))} | {_fmt(f.get(f'{p}.late_packets'))} "
+                f"| {_fmt(f.get(f'{p}.bytes_per_delivered'))} | {_pct(f.get(f'{p}.extra_bytes'))} |"
+            )
+    return rows
+
+
+DETOUR_MECHS = (
+    "mptcp",
+    "mptcp+nat",
+    "multihome+nat",
+    "multihome+tunnel",
+    "tcp",
+    "tcp(nat)",
+    "multihome",
+)
+
+
+def _table_detours(rs: list[dict]) -> list[str]:
+    """Goodput (Mbit/s) per mechanism, multihome's ratio to TCP, and the issue's checks."""
+    head = ["MPTCP 1 subflow", "MPTCP + NAT", "multihome + NAT", "multihome + tunnel"]
+    head += ["TCP", "TCP (NAT)", "multihome, no detour", "multihome+NAT / TCP"]
+    head.append("issue 15 checks")
+    rows = ["| case | cc | " + " | ".join(head) + " |", "|---" * (len(head) + 2) + "|"]
+    bars = {"aggregates": 1.8, "vs-mptcp-detour": 1.0, "no-loss-when-no-gain": 0.95}
+    for r in rs:
+        f = r["figures"]
+        case, _, cc = r["case"].rpartition(" ")
+        cells = [_fmt(f.get(f"{m}.goodput_mbps")) for m in DETOUR_MECHS]
+        mh, tcp = f.get("multihome+nat.goodput_mbps"), f.get("tcp.goodput_mbps")
+        cells.append(_fmt(mh / tcp) if mh and tcp else "—")
+        checks = []
+        for k, v in f.items():
+            if k.startswith("pass."):
+                bar = bars.get(k[5:], 1.0)
+                checks.append(f"{k[5:]} {v:.3f} {'≥' if v >= bar else '<'} {bar}")
+        cells.append("; ".join(checks) or "—")
+        rows.append(f"| {case} | {cc} | " + " | ".join(cells) + " |")
+    return rows
+
+
 # Columns of the suites without a table of their own (default: the first eight figures).
 COLUMNS = {
     "race-eval": ["mean_s", "p50_s", "p95_s", "p99_s", "avail_2s", "fetched"],
@@ -322,6 +393,8 @@ TABLES = {
     "aggregate": _table_aggregate,
     "failover": _table_failover,
     "overhead": _table_overhead,
+    "realtime-media": _table_realtime_media,
+    "detours": _table_detours,
 }
 
 

@@ -136,6 +136,23 @@ def _failover(d: dict) -> list[tuple[str, dict]]:
     return [(label, _figs(s, keys)) for label, s in d["summary"].items()]
 
 
+def _naming(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for r in d["latency"]:
+        case = r["store"] + (" leader killed" if r.get("killed_leader") is not None else "")
+        f = {f"publish_{k}": _r(v) for k, v in r["publish"].items() if k.endswith("_ms")}
+        f |= {f"lookup_{k}": _r(v) for k, v in r["lookup"].items() if k.endswith("_ms")}
+        f["records_lost"] = r["verify"]["missing"] + r["verify"]["stale"]
+        out.append((case, f))
+    fo = d["failover"]
+    fs = fo["failover_s"]
+    f = {"clients": fo["clients"], "moved": fo["moved"], "without_server": fo["without_server"]}
+    if fs:
+        f |= {"median_s": _r(fs[len(fs) // 2]), "max_s": _r(max(fs))}
+    out.append(("failover", f))
+    return out
+
+
 def _overhead(d: dict) -> list[tuple[str, dict]]:
     out = []
     for name, b in d["best"].items():
@@ -172,6 +189,20 @@ def _copies_cpu(d: dict) -> list[tuple[str, dict]]:
     ratios = {k: _r(v) for k, v in summ.items() if k.startswith("kernel_to_user") and "_m" in k}
     ratios["plain_loss_onset_pps"] = summ["loss_onset_pps"].get("plain")
     return [*out, ("ratios", ratios)]
+
+
+def _detours(d: dict) -> list[tuple[str, dict]]:
+    """One record per scenario and congestion control: goodput per mechanism, the pass
+    ratios of issue 15 (``pass.<check>``)."""
+    out = []
+    for case, per_cc in d["table"].items():
+        for cc, t in per_cc.items():
+            f = {f"{m}.goodput_mbps": _r(v) for m, v in t["goodput_mbps"].items()}
+            for p in d["pass"]:
+                if p["case"] == case and p["cc"] == cc and p["ratio"] is not None:
+                    f[f"pass.{p['check']}"] = _r(p["ratio"])
+            out.append((f"{case} {cc}", f))
+    return out
 
 
 def _crosscheck(d: dict) -> list[tuple[str, dict]]:
@@ -230,16 +261,33 @@ def _sim_bench_params(d: dict) -> str:
     return f"{p['sessions']}x{p['links']}x{p['seconds']}s_cps{p['clients_per_server']}"
 
 
+def _realtime_media(d: dict) -> list[tuple[str, dict]]:
+    out = []
+    for c in d.get("cases", []):
+        if "policies" not in c:
+            out.append((c["name"], {"error": (c.get("error") or c.get("skipped") or "")[-200:]}))
+            continue
+        f: dict = {}
+        for label, r in c["policies"].items():
+            f |= _figs(r, ("frames_on_time", "packets_not_on_time", "extra_bytes"), f"{label}.")
+            f |= _figs(r, ("late_packets", "bytes_per_delivered"), f"{label}.")
+        out.append((c["name"], f))
+    return out
+
+
 EXTRACT = {
     "simult-flows": _simult_flows,
     "aggregate": _aggregate,
     "failover": _failover,
+    "naming": _naming,
     "overhead": _overhead,
     "crosscheck": _crosscheck,
     "race-bench": _race_bench,
     "race-eval": _race_eval,
     "detour-relay": _detour_relay,
     "copies-cpu": _copies_cpu,
+    "realtime-media": _realtime_media,
+    "detours": _detours,
     "vehicular": _vehicular,
 }
 

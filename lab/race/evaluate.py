@@ -40,7 +40,8 @@ def load(dataset: Path) -> tuple[list[dict], list[dict]]:
 
 
 def replay(binary: Path, dataset: Path, uplinks: list[str], race: dict, work: Path) -> list:
-    """Seconds per object (None: not fetched) under the predictor configured by ``race``."""
+    """Per object ``{"seconds", "uplink"}`` (None: not fetched) under the predictor configured
+    by ``race``, in dataset order."""
     cfg = {
         "race": {"probe_target": "127.0.0.1:9", "seed": 1, **race},
         "uplink": [{"name": n, "interface": f"u{i}"} for i, n in enumerate(uplinks)],
@@ -55,7 +56,7 @@ def replay(binary: Path, dataset: Path, uplinks: list[str], race: dict, work: Pa
         timeout=600,
     )
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
-    return [r["seconds"] for r in sorted(rows, key=lambda r: r["id"])]
+    return sorted(rows, key=lambda r: r["id"])
 
 
 def link_times(objects: list[dict], i: int) -> list:
@@ -81,22 +82,36 @@ def summary(times: list) -> dict:
     }
 
 
+def shares(choices: list, uplinks: list[str]) -> dict[str, float]:
+    """Fraction of the objects carried by each uplink (objects not fetched count for none)."""
+    n = len(choices) or 1
+    return {name: sum(c == i for c in choices) / n for i, name in enumerate(uplinks)}
+
+
 def evaluate(
     binary: Path, dataset: Path, uplinks: list[str], predictors: dict[str, dict], work: Path
-) -> dict[str, list]:
-    """Times per object for each predictor, each single link, static best and ideal."""
+) -> tuple[dict[str, list], dict[str, list]]:
+    """Times per object for each predictor, each single link, static best and ideal, and the
+    uplink index each of them used per object (None: not fetched)."""
     objects, _ = load(dataset)
     keep = [i for i, o in enumerate(objects) if any(lk["status"] == "ok" for lk in o["links"])]
     curves: dict[str, list] = {}
+    choices: dict[str, list] = {}
     for i, name in enumerate(uplinks):
         curves[f"link {name}"] = link_times(objects, i)
+        choices[f"link {name}"] = [i if t is not None else None for t in curves[f"link {name}"]]
     for name, race in predictors.items():
-        curves[name] = replay(binary, dataset, uplinks, race, work)
-    curves["ideal"] = [
-        min((t for t in ts if t is not None), default=None)
-        for ts in zip(*(link_times(objects, i) for i in range(len(uplinks))), strict=True)
+        rows = replay(binary, dataset, uplinks, race, work)
+        curves[name] = [r["seconds"] for r in rows]
+        choices[name] = [r["uplink"] for r in rows]
+    per_link = list(zip(*(link_times(objects, i) for i in range(len(uplinks))), strict=True))
+    curves["ideal"] = [min((t for t in ts if t is not None), default=None) for ts in per_link]
+    choices["ideal"] = [
+        min((i for i, t in enumerate(ts) if t is not None), key=lambda i: ts[i], default=None)
+        for ts in per_link
     ]
     curves = {k: [v[i] for i in keep] for k, v in curves.items()}
+    choices = {k: [v[i] for i in keep] for k, v in choices.items()}
     singles = [f"link {n}" for n in uplinks]
     best = max(
         singles,
@@ -106,10 +121,17 @@ def evaluate(
         ),
     )
     curves[f"static best ({best[5:]})"] = curves[best]
-    return curves
+    choices[f"static best ({best[5:]})"] = choices[best]
+    return curves, choices
 
 
-def plot(curves: dict[str, list], title: str, path: Path, tail: float = 0.1) -> None:
+def plot(
+    curves: dict[str, list],
+    title: str,
+    path: Path,
+    tail: float = 0.1,
+    xlabel: str = "download time (s)",
+) -> None:
     import matplotlib  # noqa: PLC0415 - only the plotting path needs it
 
     matplotlib.use("Agg")
@@ -122,14 +144,16 @@ def plot(curves: dict[str, list], title: str, path: Path, tail: float = 0.1) -> 
         n = len(times)
         done = sorted(t for t in times if t is not None)
         ys = [(k + 1) / n for k in range(len(done))]
-        style = {"ideal": ":", "race": "-", "avmet": "-"}.get(name.split()[0], "--")
+        style = {"ideal": ":", "race": "-", "avmet": "-", "stagger": "-."}.get(
+            name.split()[0], "--"
+        )
         ax.step(done, ys, where="post", label=name, linestyle=style)
     ax.set_xscale("log")
     ax.set_ylim(1 - tail, 1.0)
     ax.set_xlim(0.01, 200)
     for w in WINDOWS_S:
         ax.axvline(w, color="grey", linewidth=0.5)
-    ax.set_xlabel("download time (s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction of objects fetched")
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
@@ -150,10 +174,13 @@ def main() -> None:
         "race": {"predictor": "race"},
         "avmet": {"predictor": "avmet"},
         "probe": {"predictor": "probe"},
+        "stagger": {"predictor": "stagger"},
     }
-    curves = evaluate(multihome_binary(), args.dataset, uplinks, preds, args.dataset.parent)
+    curves, choices = evaluate(
+        multihome_binary(), args.dataset, uplinks, preds, args.dataset.parent
+    )
     for name, times in curves.items():
-        print(name, json.dumps(summary(times)))
+        print(name, json.dumps({**summary(times), "shares": shares(choices[name], uplinks)}))
     if args.plot:
         plot(curves, args.dataset.name, args.plot)
 

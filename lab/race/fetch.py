@@ -10,16 +10,21 @@ Role, by subcommand:
   Writes the JSON-lines dataset that ``multihome race --replay`` reads.
 * ``live`` (run in the LAN namespace): fetch objects through the gateway, one connection each,
   recording the download time.
-* ``get``: one download, optionally hashed (sha256), printing ``RESULT {json}``.
+* ``dataset --upload`` / ``live --upload``: the same with uploads (the thesis's §4.5.3): each
+  object is POSTed to the origin (sizes from :func:`upload_sizes`), timed until the origin
+  confirmed every byte.
+* ``get``: one download, optionally hashed (sha256), or one upload (``--upload-bytes``),
+  printing ``RESULT {json}``.
 * ``hello``: time ``count`` connections to a one-byte server up to the first byte.
 * ``udp``: one UDP flow (from ``--sport``): ``count`` datagrams to the origin's UDP server,
   printing the source address the origin saw for each (which uplink carried the flow).
 
 Invariants: every fetch ends within ``--timeout`` (the seed's three minutes by default) with a
 status among ok / refused / reset / timeout / error; an object counts as ok only when the body
-length equals its Content-Length. Object sizes and issue times depend only on ``--seed``.
-The emulated uplinks share no medium, so every object is fetched over all uplinks at once
-(the seed fetched sequentially on Roofnet only to avoid self-interference on a shared hop).
+length equals its Content-Length (an upload: when the origin's count equals the bytes sent).
+Object sizes and issue times depend only on ``--seed``. The emulated uplinks share no medium,
+so every object is fetched over all uplinks at once (the thesis fetched sequentially on
+Roofnet only to avoid self-interference on a shared hop).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 MIB = 1 << 20
+UPLOAD_BLOCK = bytes(range(256)) * 256  # 64 KiB of upload body
 
 
 def object_sizes(count: int, seed: int) -> list[int]:
@@ -47,6 +53,30 @@ def object_sizes(count: int, seed: int) -> list[int]:
         s = rng.lognormvariate(9.0, 1.1) if body else 32_000 * rng.paretovariate(1.3)
         sizes.append(int(min(max(s, 200), 4 * MIB)))
     return sizes
+
+
+def upload_sizes(count: int, seed: int) -> list[int]:
+    """Upload sizes, smaller than downloads (uplinks are the narrow direction): 85 %
+    log-normal around 3 KB, 15 % Pareto tail from 16 KB, capped at 1 MB; mean ≈ 11.6 KB
+    (E[min(X, c)] = 16 KB · 1.3/0.3 · (1 − (16 KB/1 MB)^0.3) ≈ 49 KB for the tail)."""
+    rng = random.Random(seed)
+    sizes = []
+    for _ in range(count):
+        body = rng.random() < 0.85
+        s = rng.lognormvariate(8.0, 1.0) if body else 16_000 * rng.paretovariate(1.3)
+        sizes.append(int(min(max(s, 200), MIB)))
+    return sizes
+
+
+def sizes_for(args: argparse.Namespace) -> list[int]:
+    return (upload_sizes if args.upload else object_sizes)(args.count, args.seed)
+
+
+def transfer_kw(args: argparse.Namespace, size: int) -> dict:
+    """``http_get`` arguments for one object: a download of ``size`` bytes, or an upload."""
+    if args.upload:
+        return {"path": "/upload", "upload": size}
+    return {"path": f"/bytes/{size}"}
 
 
 def issue_times(count: int, rate: float, seed: int) -> list[float]:
@@ -100,8 +130,13 @@ def http_get(
     source: str | None = None,
     digest: bool = False,
     tos: int = 0,
+    upload: int = 0,
 ) -> dict:
-    """One HTTP/1.0 GET; returns status, connect and total seconds, bytes, optional sha256."""
+    """One HTTP/1.0 GET of ``path`` — or, with ``upload`` > 0, a POST of that many bytes to
+    ``/upload`` — returning status, connect and total seconds, bytes, optional sha256.
+
+    An upload is ok only when the origin answers 200 with the byte count it received equal to
+    ``upload``; its total runs until that answer arrived (every byte was at the origin)."""
     t0 = time.monotonic()
     out: dict = {"status": "error", "connect": None, "total": None, "bytes": 0}
     deadline = t0 + timeout
@@ -119,24 +154,12 @@ def http_get(
     out["connect"] = time.monotonic() - t0
     h = hashlib.sha256() if digest else None
     try:
-        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
-        head, body_len, length = b"", 0, None
-        while True:
-            s.settimeout(max(0.001, deadline - time.monotonic()))
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                break
-            if length is None:
-                head += chunk
-                if b"\r\n\r\n" not in head:
-                    continue
-                head, chunk = head.split(b"\r\n\r\n", 1)
-                length = _content_length(head)
-            body_len += len(chunk)
-            if h is not None:
-                h.update(chunk)
-        ok = length is not None and body_len == length and head.split(b" ")[1:2] == [b"200"]
-        out.update(status="ok" if ok else "error", bytes=body_len)
+        if upload:
+            _send_upload(s, host, upload, deadline)
+        else:
+            s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        ok, body_len = _read_response(s, deadline, h, str(upload).encode() if upload else None)
+        out.update(status="ok" if ok else "error", bytes=upload or body_len)
     except ConnectionResetError:
         out["status"] = "reset"
     except TimeoutError:
@@ -149,6 +172,43 @@ def http_get(
     if h is not None:
         out["sha256"] = h.hexdigest()
     return out
+
+
+def _send_upload(s: socket.socket, host: str, size: int, deadline: float) -> None:
+    head = f"POST /upload HTTP/1.0\r\nHost: {host}\r\nContent-Length: {size}\r\n\r\n"
+    s.sendall(head.encode())
+    left = size
+    while left > 0:
+        s.settimeout(max(0.001, deadline - time.monotonic()))
+        n = min(left, len(UPLOAD_BLOCK))
+        s.sendall(UPLOAD_BLOCK[:n])
+        left -= n
+
+
+def _read_response(
+    s: socket.socket, deadline: float, h: hashlib._Hash | None, expect: bytes | None
+) -> tuple[bool, int]:
+    """Reads one response to EOF: (200 with the announced length [and body ``expect``], body
+    length)."""
+    head, body, body_len, length = b"", b"", 0, None
+    while True:
+        s.settimeout(max(0.001, deadline - time.monotonic()))
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        if length is None:
+            head += chunk
+            if b"\r\n\r\n" not in head:
+                continue
+            head, chunk = head.split(b"\r\n\r\n", 1)
+            length = _content_length(head)
+        body_len += len(chunk)
+        if expect is not None and len(body) < 64:
+            body += chunk
+        if h is not None:
+            h.update(chunk)
+    ok = length is not None and body_len == length and head.split(b" ")[1:2] == [b"200"]
+    return ok and (expect is None or body == expect), body_len
 
 
 def _content_length(head: bytes) -> int | None:
@@ -180,7 +240,7 @@ def probe_loop(
 
 def run_dataset(args: argparse.Namespace) -> None:
     uplinks = [tuple(u.split("=", 1)) for u in args.uplink]
-    sizes = object_sizes(args.count, args.seed)
+    sizes = sizes_for(args)
     times = issue_times(args.count, args.rate, args.seed)
     stop = threading.Event()
     probes: list[dict] = []
@@ -203,10 +263,10 @@ def run_dataset(args: argparse.Namespace) -> None:
                         http_get,
                         args.host,
                         args.port,
-                        f"/bytes/{size}",
                         timeout=args.timeout,
                         device=dev,
                         source=src,
+                        **transfer_kw(args, size),
                     )
                     for dev, src in uplinks
                 ]
@@ -233,7 +293,7 @@ def run_dataset(args: argparse.Namespace) -> None:
 
 
 def run_live(args: argparse.Namespace) -> None:
-    sizes = object_sizes(args.count, args.seed)
+    sizes = sizes_for(args)
     times = issue_times(args.count, args.rate, args.seed)
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
@@ -243,7 +303,9 @@ def run_live(args: argparse.Namespace) -> None:
             if delay > 0:
                 time.sleep(delay)
             futures.append(
-                pool.submit(http_get, args.host, args.port, f"/bytes/{size}", timeout=args.timeout)
+                pool.submit(
+                    http_get, args.host, args.port, timeout=args.timeout, **transfer_kw(args, size)
+                )
             )
         rows = [
             {"id": i, "size": size, **f.result()}
@@ -317,6 +379,10 @@ def main() -> None:
         p.add_argument("--sha256", action="store_true")
         p.add_argument("--tos", type=int, default=0, help="IP TOS byte (DSCP << 2)")
         p.add_argument("--sport", type=int, default=0, help="UDP source port (udp)")
+        p.add_argument(
+            "--upload", action="store_true", help="POST the objects instead (dataset, live)"
+        )
+        p.add_argument("--upload-bytes", type=int, default=0, help="get: POST this many bytes")
     args = parser.parse_args()
     if args.cmd == "dataset":
         run_dataset(args)
@@ -334,6 +400,7 @@ def main() -> None:
             timeout=args.timeout,
             digest=args.sha256,
             tos=args.tos,
+            upload=args.upload_bytes,
         )
         print("RESULT " + json.dumps(res), flush=True)
 

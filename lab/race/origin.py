@@ -3,9 +3,11 @@
 Role: run in the origin namespace. ``GET /bytes/<n>`` returns ``n`` bytes of a fixed
 pattern (the fetch workload's objects: no files on disk), ``GET /seeded/<mib>/<seed>``
 returns the seeded stream of :mod:`lab.tools.tcpxfer` (so its sha256 is known without
-sending it), ``--hello-port`` accepts TCP connections and writes one byte at once (for
-measuring connection set-up to first byte), ``--udp-port`` answers each datagram with the
-source address it came from (which uplink carried a UDP flow).
+sending it), ``POST /upload`` reads the request body and answers with the number of body
+bytes it received (the upload workload: the client checks it equals what it sent),
+``--hello-port`` accepts TCP connections and writes one byte at once (for measuring
+connection set-up to first byte), ``--udp-port`` answers each datagram with the source
+address it came from (which uplink carried a UDP flow).
 
 Invariants: HTTP/1.0, one request per connection, ``Content-Length`` always set; the server is
 threaded so a slow transfer never delays another; prints ``LISTENING`` once every server is
@@ -42,6 +44,25 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, BrokenPipeError, ConnectionResetError):
             return
         self.send_error(404)
+
+    def do_POST(self) -> None:
+        if self.path != "/upload":
+            self.send_error(404)
+            return
+        try:
+            left = int(self.headers.get("Content-Length", "0"))
+            got = 0
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 16))
+                if not chunk:
+                    break
+                got += len(chunk)
+                left -= len(chunk)
+            body = str(got).encode()
+            self._head(len(body))
+            self.wfile.write(body)
+        except (ValueError, BrokenPipeError, ConnectionResetError):
+            return
 
     def _head(self, length: int) -> None:
         self.send_response(200)

@@ -268,12 +268,21 @@ class RaceTopology:
 
     # ---- traffic from the LAN host ----
 
-    def get(self, path: str, *, timeout: float = 30, sha256: bool = False, tos: int = 0) -> dict:
-        """One HTTP GET from the LAN host to the origin, through the gateway."""
+    def get(
+        self,
+        path: str,
+        *,
+        timeout: float = 30,
+        sha256: bool = False,
+        tos: int = 0,
+        upload: int = 0,
+    ) -> dict:
+        """One HTTP GET from the LAN host to the origin, through the gateway (``upload`` > 0:
+        a POST of that many bytes to ``/upload`` instead, ok when the origin counted them)."""
         cmd = tool_cmd_race(
             "fetch", "get", "--host", ORIGIN, "--path", path, "--timeout", str(timeout)
         )
-        cmd += ["--tos", str(tos)]
+        cmd += ["--tos", str(tos), "--upload-bytes", str(upload)]
         if sha256:
             cmd.append("--sha256")
         res = self.lan.run(cmd, timeout=timeout + 30)

@@ -179,6 +179,20 @@ def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
 # ---- NAT mode (mode = "nat"): the client's own SYN over every uplink, kernel NAT after ----
 
 
+def test_uploads_cross_the_gateway_in_both_modes(lab: Lab, multihome_bin: Path) -> None:
+    """The thesis's upload scenario (§4.5.3) needs the client's bytes to reach the origin: an
+    8 MiB POST through the gateway is ok only when the origin counted all 8 MiB, in proxy mode
+    (relayed) and in NAT mode (kernel NAT); each is one chosen race."""
+    t = topo(lab, multihome_bin)
+    for mode in ("proxy", "nat"):
+        t.start_race("race", mode=mode)
+        res = t.get("/upload", upload=8 << 20)
+        assert res["status"] == "ok" and res["bytes"] == 8 << 20, (mode, res)
+        st = t.status()
+        assert st["counters"]["races_chosen"] == 1, (mode, st)
+        t.stop_race()
+
+
 def test_nat_mode_refused_on_one_uplink_connects_refused_on_all_is_refused(
     lab: Lab, multihome_bin: Path
 ) -> None:

@@ -8,7 +8,8 @@ duplication or reordering of stream bytes anywhere on the path is detected.
 
 Invariants: block ``i`` of the stream is ``Random(seed * 1_000_003 + i).randbytes(1 MiB)``, so
 sender, receiver-side check and parent agree without exchanging data. The final line on stdout
-is ``RESULT {json}``; ``PROGRESS <bytes>`` lines (stdout, flushed) report the received count.
+is ``RESULT {json}``; ``PROGRESS <bytes> <seconds>`` lines (stdout, flushed) report the received
+count and the time since the connection was accepted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 from collections.abc import Iterator
 
 MIB = 1 << 20
+# Linux's IPPROTO_MPTCP: a kernel MPTCP socket, for the MPTCP tests (--mptcp).
+IPPROTO_MPTCP = 262
 
 
 def blocks(mib: int, seed: int) -> Iterator[bytes]:
@@ -41,11 +44,11 @@ def result(obj: dict) -> None:
     print("RESULT " + json.dumps(obj), flush=True)
 
 
-def connect(host: str, port: int, cc: str, timeout: float) -> socket.socket:
+def connect(host: str, port: int, cc: str, timeout: float, proto: int = 0) -> socket.socket:
     """Connect, retrying while the receiver is not listening yet."""
     deadline = time.monotonic() + timeout
     while True:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
         # The namespace default is BBR here; inner flows must name their CC (DESIGN.md §4).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
         sock.settimeout(timeout)
@@ -60,7 +63,8 @@ def connect(host: str, port: int, cc: str, timeout: float) -> socket.socket:
 
 
 def send(args: argparse.Namespace) -> int:
-    sock = connect(args.host, args.port, args.cc, args.connect_timeout)
+    proto = IPPROTO_MPTCP if args.mptcp else 0
+    sock = connect(args.host, args.port, args.cc, args.connect_timeout, proto)
     # A stalled path must fail the transfer, not hang it: bound every send.
     sock.settimeout(args.stall_timeout)
     digest = hashlib.sha256()
@@ -80,7 +84,7 @@ def send(args: argparse.Namespace) -> int:
 
 
 def recv(args: argparse.Namespace) -> int:
-    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP if args.mptcp else 0)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lsock.bind((args.bind, args.port))
     lsock.listen(1)
@@ -103,7 +107,7 @@ def recv(args: argparse.Namespace) -> int:
             got += n
             now = time.monotonic()
             if now - last_report >= 0.2:
-                print(f"PROGRESS {got}", flush=True)
+                print(f"PROGRESS {got} {now - start:.3f}", flush=True)
                 last_report = now
     except TimeoutError:
         result({"bytes": got, "sha256": digest.hexdigest(), "error": "stalled"})
@@ -134,10 +138,12 @@ def main() -> int:
     s.add_argument("--cc", choices=["cubic", "bbr", "reno"], required=True)
     s.add_argument("--connect-timeout", type=float, default=10)
     s.add_argument("--stall-timeout", type=float, default=30)
+    s.add_argument("--mptcp", action="store_true", help="a kernel MPTCP socket")
     r = sub.add_parser("recv")
     r.add_argument("--bind", default="0.0.0.0")
     r.add_argument("--port", type=int, default=9000)
     r.add_argument("--accept-timeout", type=float, default=30)
+    r.add_argument("--mptcp", action="store_true", help="a kernel MPTCP socket")
     r.add_argument("--stall-timeout", type=float, default=30)
     args = parser.parse_args()
     return send(args) if args.mode == "send" else recv(args)

@@ -1,8 +1,9 @@
 //! The relay's kernel forwarding for NAT detours (`multihome relay`, docs/PROTOCOL.md §15).
 //!
-//! Role: per detour, the kernel forwards UDP from one client source (address, port) sent to
-//! one relay port on to one server, with the relay's address as source, and the replies
-//! back. The relay process does no per-packet work.
+//! Role: per detour, the kernel forwards UDP (tunnel paths) or TCP (kernel MPTCP subflows)
+//! from one client source (address, port) sent to one relay port on to one server, with the
+//! relay's address as source, and the replies back. The relay process does no per-packet
+//! work.
 //!
 //! Invariants:
 //! - Everything lives in one `inet` table of our own, `multihome_relay_<name>`. Installing
@@ -12,12 +13,13 @@
 //!   map `dnat4`/`dnat6`, (source address . source port . relay port) → (server address .
 //!   server port), which prerouting DNATs with; in set `fwd4`/`fwd6`, (source address .
 //!   source port . server address . server port), which postrouting masquerades and the
-//!   forward chain requires. Both carry a kernel timeout: a relay that dies without
+//!   forward chain requires. TCP detours have the same pair, `tcp_dnat4`/`tcp_fwd4` (and
+//!   `6`), matched on TCP headers. Both carry a kernel timeout: a relay that dies without
 //!   cleanup stops forwarding once it passes.
 //! - Conntrack keeps a flow's NAT binding after its elements are gone; the forward chain
 //!   drops every packet of a DNATed flow to our port range whose tuple is not in the set,
 //!   so nothing is forwarded after removal.
-//! - Only UDP to the configured port range is touched. Names are validated before they
+//! - Only UDP and TCP to the configured port range are touched. Names are validated before they
 //!   reach the ruleset text.
 //! - `net.ipv4.ip_forward` and `net.ipv6.conf.all.forwarding` are turned on (and left on);
 //!   interfaces that accept router advertisements are switched to `accept_ra=2` first so
@@ -29,9 +31,30 @@ use std::time::Duration;
 use crate::nat::{check_name, nft, NatError};
 use crate::sysctl;
 
+/// The transport protocol a NAT detour forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// Tunnel paths (the tunnel's datagrams).
+    Udp,
+    /// Kernel MPTCP subflows.
+    Tcp,
+}
+
+impl Proto {
+    /// Prefix of the proto's map and set names.
+    fn prefix(self) -> &'static str {
+        match self {
+            Proto::Udp => "",
+            Proto::Tcp => "tcp_",
+        }
+    }
+}
+
 /// One NAT detour as the kernel sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NatDetour {
+    /// UDP or TCP.
+    pub proto: Proto,
     /// The client's source (as the relay sees it).
     pub source: SocketAddr,
     /// The relay port the client sends to.
@@ -158,20 +181,42 @@ table inet {table} {{
         type ipv6_addr . inet_service . ipv6_addr . inet_service
         flags timeout
     }}
+    map tcp_dnat4 {{
+        type ipv4_addr . inet_service . inet_service : ipv4_addr . inet_service
+        flags timeout
+    }}
+    set tcp_fwd4 {{
+        type ipv4_addr . inet_service . ipv4_addr . inet_service
+        flags timeout
+    }}
+    map tcp_dnat6 {{
+        type ipv6_addr . inet_service . inet_service : ipv6_addr . inet_service
+        flags timeout
+    }}
+    set tcp_fwd6 {{
+        type ipv6_addr . inet_service . ipv6_addr . inet_service
+        flags timeout
+    }}
     chain prerouting {{
         type nat hook prerouting priority dstnat; policy accept;
         udp dport {r} dnat ip to ip saddr . udp sport . udp dport map @dnat4
         udp dport {r} dnat ip6 to ip6 saddr . udp sport . udp dport map @dnat6
+        tcp dport {r} dnat ip to ip saddr . tcp sport . tcp dport map @tcp_dnat4
+        tcp dport {r} dnat ip6 to ip6 saddr . tcp sport . tcp dport map @tcp_dnat6
     }}
     chain postrouting {{
         type nat hook postrouting priority srcnat; policy accept;
         ct status dnat ip saddr . udp sport . ip daddr . udp dport @fwd4 masquerade
         ct status dnat ip6 saddr . udp sport . ip6 daddr . udp dport @fwd6 masquerade
+        ct status dnat ip saddr . tcp sport . ip daddr . tcp dport @tcp_fwd4 masquerade
+        ct status dnat ip6 saddr . tcp sport . ip6 daddr . tcp dport @tcp_fwd6 masquerade
     }}
     chain forward {{
         type filter hook forward priority filter; policy accept;
         ct status dnat meta l4proto udp ct original proto-dst {r} ip saddr . udp sport . ip daddr . udp dport != @fwd4 ip daddr . udp dport . ip saddr . udp sport != @fwd4 drop
         ct status dnat meta l4proto udp ct original proto-dst {r} ip6 saddr . udp sport . ip6 daddr . udp dport != @fwd6 ip6 daddr . udp dport . ip6 saddr . udp sport != @fwd6 drop
+        ct status dnat meta l4proto tcp ct original proto-dst {r} ip saddr . tcp sport . ip daddr . tcp dport != @tcp_fwd4 ip daddr . tcp dport . ip saddr . tcp sport != @tcp_fwd4 drop
+        ct status dnat meta l4proto tcp ct original proto-dst {r} ip6 saddr . tcp sport . ip6 daddr . tcp dport != @tcp_fwd6 ip6 daddr . tcp dport . ip6 saddr . tcp sport != @tcp_fwd6 drop
     }}
 }}
 "#
@@ -212,9 +257,10 @@ pub fn elements(
     } else {
         String::new()
     };
+    let x = d.proto.prefix();
     Ok(format!(
-        "{verb} element inet {table} dnat{fam} {{ {s} . {sp} . {p}{t}{map_value} }}\n\
-         {verb} element inet {table} fwd{fam} {{ {s} . {sp} . {v} . {vp}{t} }}\n"
+        "{verb} element inet {table} {x}dnat{fam} {{ {s} . {sp} . {p}{t}{map_value} }}\n\
+         {verb} element inet {table} {x}fwd{fam} {{ {s} . {sp} . {v} . {vp}{t} }}\n"
     ))
 }
 
@@ -248,6 +294,7 @@ mod tests {
         );
         assert!(r.contains("udp dport 40000-40999 dnat ip to"));
         let d = NatDetour {
+            proto: Proto::Udp,
             source: "198.51.100.2:4000".parse().unwrap(),
             relay_port: 40001,
             server: "203.0.113.2:9000".parse().unwrap(),
@@ -265,6 +312,16 @@ mod tests {
             ..d
         };
         assert!(elements("t", "add", &mixed, None).is_err());
+        let tcp = NatDetour {
+            proto: Proto::Tcp,
+            ..d
+        };
+        let add = elements("t", "add", &tcp, None).unwrap();
+        assert!(add.starts_with("add element inet t tcp_dnat4 { 198.51.100.2 . 4000 . 40001 :"));
+        assert!(add.contains("add element inet t tcp_fwd4 {"));
+        assert!(r.contains(
+            "tcp dport 40000-40999 dnat ip to ip saddr . tcp sport . tcp dport map @tcp_dnat4"
+        ));
         assert!(ruleset("x; flush ruleset", (1, 2)).is_err());
         assert!(ruleset("t", (0, 2)).is_err());
         assert!(ruleset("t", (5, 2)).is_err());

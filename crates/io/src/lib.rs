@@ -12,6 +12,7 @@
 //! - [`nat`]: the server's nftables masquerade;
 //! - [`dup`], [`dup_server`]: the kernel fast path for redundant copies (client, server);
 //! - [`detour`]: the relay's nftables DNAT + SNAT per detour (`multihome relay`);
+//! - [`mptcp`]: kernel MPTCP's userspace path manager (events, subflow create/destroy);
 //! - [`sysctl`]: reading and writing `/proc/sys` (IP forwarding);
 //! - [`netns`]: throw-away network namespaces for tests, benchmarks and the lab.
 //!
@@ -25,6 +26,7 @@
 pub mod detour;
 pub mod dup;
 pub mod dup_server;
+pub mod mptcp;
 pub mod nat;
 pub mod netlink;
 pub mod netns;

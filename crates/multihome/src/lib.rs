@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod keyfile;
 pub mod metrics;
+pub mod resolve;
 pub mod status;
 
 /// The control socket `multihome status` reads (shared by every daemon).

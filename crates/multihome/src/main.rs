@@ -1,4 +1,5 @@
-//! `multihome`: the command-line entry point (keygen, client, server, race, relay, status).
+//! `multihome`: the command-line entry point (keygen, client, server, race, relay,
+//! mptcp-detours, status, resolve).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -47,6 +48,30 @@ enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Add subflows through relays to this host's kernel MPTCP connections.
+    MptcpDetours {
+        /// Path of mptcp-detours.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Print a record (an identity's, or a server's) as a resolver serves it, verified.
+    Resolve {
+        /// A public key (base64, as `multihome keygen` prints) or a name (32 hex digits).
+        identity: String,
+        /// The resolver to ask (a server's `[naming] listen` address).
+        #[arg(long)]
+        resolver: std::net::SocketAddr,
+        /// Look up a server's record instead of a client identity's.
+        #[arg(long)]
+        server: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a resolver with records, updates and lookups; print latencies as JSON
+    /// (`python -m lab.bench naming`).
+    #[command(hide = true)]
+    NamingLoad(NamingLoadArgs),
     /// Show sessions and links of a running client or server.
     Status {
         /// Control socket (default: the client's, else the server's).
@@ -56,6 +81,23 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `multihome naming-load` (see `multihome_naming::load`).
+#[derive(clap::Args)]
+struct NamingLoadArgs {
+    #[arg(long)]
+    resolver: std::net::SocketAddr,
+    #[arg(long, default_value_t = 10_000)]
+    records: u32,
+    #[arg(long, default_value_t = 1_000)]
+    rate: u32,
+    #[arg(long, default_value_t = 1_000)]
+    lookup_rate: u32,
+    #[arg(long, default_value_t = 10)]
+    seconds: u32,
+    #[arg(long, default_value_t = 120_000)]
+    lease_ms: u64,
 }
 
 fn main() {
@@ -90,6 +132,29 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Server { config } => daemon::server::run(&config),
         Cmd::Race(args) => multihome_race::daemon::run(args),
         Cmd::Relay { config } => multihome_relay::run(&config),
+        Cmd::MptcpDetours { config } => daemon::mptcp::run(&config),
         Cmd::Status { socket, json } => status::query(socket, json),
+        Cmd::Resolve {
+            identity,
+            resolver,
+            server,
+            json,
+        } => multihome::resolve::query(&identity, resolver, server, json),
+        Cmd::NamingLoad(a) => {
+            let cfg = multihome_naming::load::LoadConfig {
+                resolver: a.resolver,
+                records: a.records,
+                rate: a.rate,
+                lookup_rate: a.lookup_rate,
+                seconds: a.seconds,
+                lease_ms: a.lease_ms,
+                timeout: std::time::Duration::from_secs(1),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            println!("{}", rt.block_on(multihome_naming::load::run(cfg))?);
+            Ok(())
+        }
     }
 }

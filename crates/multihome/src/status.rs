@@ -10,6 +10,7 @@
 use anyhow::{Context, Result};
 use multihome_proto::endpoint::{Client, EndpointCounters, Server};
 use multihome_proto::path::PathId;
+use multihome_proto::policy::Policy;
 use multihome_proto::session::Session;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -113,9 +114,44 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
         "hold": {"packets": sc.held_packets, "bytes": sc.held_bytes,
                  "since_us": sc.held_since.map_or(0, |t| t.as_micros()),
                  "dropped_bytes": sc.hold_dropped_bytes, "dropped_age": sc.hold_dropped_age,
-                 "released": sc.hold_released},
+                 "released": sc.hold_released,
+                 // Per queue: the shared one (`any`) and one per `only:` link.
+                 "queues": s.hold_queues().into_iter().map(|(k, n, b)| json!({
+                     "link": k.map_or_else(|| "any".to_string(), name_of),
+                     "packets": n, "bytes": b})).collect::<Vec<_>>()},
+        "stated": stated_json(s, name_of),
         "links": links,
     })
+}
+
+/// A policy as written in config (`only:lte`), with its argument where it has one.
+fn policy_text(p: Policy, name_of: &dyn Fn(PathId) -> String) -> String {
+    match p {
+        Policy::Link(r) => format!("{}:{}", r.name(), name_of(r.link())),
+        Policy::Redundant { copies: Some(k) } => format!("redundant({k})"),
+        Policy::Realtime { deadline, .. } => format!("realtime({} ms)", deadline.as_millis()),
+        p => p.name().to_string(),
+    }
+}
+
+/// The stated downlink policy (PROTOCOL.md §8.5): on the client what it states and
+/// whether the server acknowledged it; on the server the statement in force.
+fn stated_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
+    let st = s.stated_stats();
+    let mut v = json!({"epoch": st.epoch, "rules": st.rules, "acked": st.acked,
+                       "sent": st.sent, "refused": st.refused});
+    if let Some((_, c)) = s.stated_policy() {
+        v["default"] = json!(policy_text(c.default, name_of));
+        v["rule_list"] = c
+            .rules
+            .iter()
+            .map(|r| {
+                json!({"protocol": r.protocol, "ports": r.ports, "dscp": r.dscp,
+                       "policy": policy_text(r.policy, name_of)})
+            })
+            .collect();
+    }
+    v
 }
 
 /// The client's status document.
@@ -159,6 +195,28 @@ pub fn server_status(s: &Server) -> Value {
     json!({"role": "server", "counters": counters, "sessions": sessions})
 }
 
+/// The client's resolved server and its own record's last publication.
+fn naming_line(n: &Value) -> String {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let published = match n["published_unix_ms"].as_u64() {
+        Some(t) => format!(
+            "{:.1} s ago (seq {})",
+            now_ms.saturating_sub(t) as f64 / 1000.0,
+            n["published_seq"]
+        ),
+        None => "never".into(),
+    };
+    format!(
+        "naming: server {} at {}, record published {published}, failovers {}, refused {}",
+        n["server"].as_str().unwrap_or("-"),
+        n["server_address"].as_str().unwrap_or("-"),
+        n["failovers"],
+        n["refused"]
+    )
+}
+
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -199,10 +257,16 @@ pub fn render(v: &Value) -> String {
     if v["role"] == "race" {
         return multihome_race::daemon::status::render(v);
     }
+    if v["role"] == "mptcp-detours" {
+        return crate::daemon::mptcp::render(v);
+    }
     let mut out = String::new();
     let o = &mut out;
     // Writing to a String cannot fail.
     let _ = writeln!(o, "role: {}", v["role"].as_str().unwrap_or("?"));
+    if v["naming"].is_object() {
+        let _ = writeln!(o, "{}", naming_line(&v["naming"]));
+    }
     for s in v["sessions"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,

@@ -46,6 +46,7 @@ pub struct CodelQueue {
     target: Duration,
     interval: Duration,
     ramping: bool,
+    stalled: bool,
 }
 
 impl CodelQueue {
@@ -64,6 +65,7 @@ impl CodelQueue {
             target: TARGET,
             interval: INTERVAL,
             ramping: false,
+            stalled: false,
         }
     }
 
@@ -115,10 +117,23 @@ impl CodelQueue {
         self.ramping = ramping;
     }
 
+    /// Whether no path draining this queue is `Up` (each in doubt or down): the queue
+    /// that stands then is an outage, not congestion, and dropping from it would lose
+    /// what store-and-forward (`session/store.rs`) holds once every path is `Down`, or
+    /// sends once one is back. Stalled, CoDel does not drop (the byte bound still
+    /// holds) and starts afresh when the queue drains again.
+    pub fn set_stalled(&mut self, stalled: bool) {
+        if stalled {
+            self.first_above = None;
+            self.dropping = false;
+        }
+        self.stalled = stalled;
+    }
+
     /// The packet that would leave next, after CoDel has dropped what it must.
     pub fn head(&mut self, now: Instant) -> Option<&Arc<[u8]>> {
         while let Some(&(enq, _)) = self.q.front() {
-            if !self.should_drop(now, now.saturating_since(enq)) {
+            if self.stalled || !self.should_drop(now, now.saturating_since(enq)) {
                 break;
             }
             self.take();

@@ -6,8 +6,14 @@
 //! flags, and the server remembers it per flow in a bounded `FlowTable`, so return traffic
 //! is scheduled by the same policy without the server carrying the client's rules.
 //!
+//! Link policies (`only:`, `prefer:`, `backup:` a link) pin a flow to one link, or keep it
+//! off one, as MobilityFirst's per-interface policies do ("only Wi-Fi"); their DATA frames
+//! carry the `best` code (the flags have no room for a link), and the server learns them
+//! only from the client's stated policy (`session/stated.rs`).
+//!
 //! Invariant: classification never panics; an unparsable packet gets the default policy.
 
+use crate::path::PathId;
 use crate::Instant;
 use core::time::Duration;
 use foldhash::HashMap;
@@ -27,11 +33,48 @@ pub enum Policy {
     Aggregate,
     /// Each packet must arrive within `deadline` of leaving the sender (voice, video
     /// calls, live streams): sent on the highest-latency path that still makes it (MMTP),
-    /// dropped at the sender if none can, protected by FEC, released at once.
+    /// dropped at the sender if none can, protected by FEC unless `fec` is off, released at
+    /// once.
     Realtime {
         /// How long after it was sent a packet is still of use.
         deadline: Duration,
+        /// Whether the sender adds Reed-Solomon parity (`session/fec.rs`). A sender-side
+        /// choice: it is not on the wire, so a peer's replies on the flow get parity.
+        fec: bool,
     },
+    /// One link is singled out (`sched/link.rs`).
+    Link(LinkRule),
+}
+
+/// How a link policy treats its link (a path id: the client's link index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRule {
+    /// `only:<link>`: never another link; held while it is not live, even if others are
+    /// (`session/store.rs`).
+    Only(PathId),
+    /// `prefer:<link>`: this link whenever it is `Up`; the others (as `best`) only while
+    /// it is not.
+    Prefer(PathId),
+    /// `backup:<link>`: the others (as `best`); this link only while none of them is `Up`.
+    Backup(PathId),
+}
+
+impl LinkRule {
+    /// The link singled out.
+    pub fn link(self) -> PathId {
+        match self {
+            LinkRule::Only(l) | LinkRule::Prefer(l) | LinkRule::Backup(l) => l,
+        }
+    }
+
+    /// Name as used in config and status (before the `:`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkRule::Only(_) => "only",
+            LinkRule::Prefer(_) => "prefer",
+            LinkRule::Backup(_) => "backup",
+        }
+    }
 }
 
 /// Deadline of `realtime` when none is configured: ITU-T G.114's 150 ms mouth-to-ear
@@ -43,10 +86,18 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(150);
 pub const REALTIME_DSCP: [u8; 4] = [46, 34, 36, 38];
 
 impl Policy {
-    /// Two-bit code carried in DATA flags.
+    /// `realtime` with `deadline` and FEC on (the default).
+    pub fn realtime(deadline: Duration) -> Policy {
+        Policy::Realtime {
+            deadline,
+            fec: true,
+        }
+    }
+
+    /// Two-bit code carried in DATA flags (a link policy travels as `best`).
     pub fn code(self) -> u8 {
         match self {
-            Policy::Best => 0,
+            Policy::Best | Policy::Link(_) => 0,
             Policy::Redundant { .. } => 1,
             Policy::Aggregate => 2,
             Policy::Realtime { .. } => crate::wire::REALTIME_CODE,
@@ -59,9 +110,7 @@ impl Policy {
         match code {
             1 => Policy::Redundant { copies: None },
             2 => Policy::Aggregate,
-            3 => Policy::Realtime {
-                deadline: DEFAULT_DEADLINE,
-            },
+            3 => Policy::realtime(DEFAULT_DEADLINE),
             _ => Policy::Best,
         }
     }
@@ -70,9 +119,9 @@ impl Policy {
     /// deadline it carries (0 = the default).
     pub fn from_data(code: u8, deadline_ms: u16) -> Policy {
         match Policy::from_code(code) {
-            Policy::Realtime { .. } if deadline_ms > 0 => Policy::Realtime {
-                deadline: Duration::from_millis(u64::from(deadline_ms)),
-            },
+            Policy::Realtime { .. } if deadline_ms > 0 => {
+                Policy::realtime(Duration::from_millis(u64::from(deadline_ms)))
+            }
             p => p,
         }
     }
@@ -80,7 +129,7 @@ impl Policy {
     /// The deadline on the wire (ms, at least 1, at most 65 535); 0 for other policies.
     pub fn deadline_ms(self) -> u16 {
         match self {
-            Policy::Realtime { deadline } => u16::try_from(deadline.as_millis())
+            Policy::Realtime { deadline, .. } => u16::try_from(deadline.as_millis())
                 .unwrap_or(u16::MAX)
                 .max(1),
             _ => 0,
@@ -103,6 +152,15 @@ impl Policy {
             Policy::Redundant { .. } => "redundant",
             Policy::Aggregate => "aggregate",
             Policy::Realtime { .. } => "realtime",
+            Policy::Link(r) => r.name(),
+        }
+    }
+
+    /// The link rule of a link policy.
+    pub fn link_rule(self) -> Option<LinkRule> {
+        match self {
+            Policy::Link(r) => Some(r),
+            _ => None,
         }
     }
 }
@@ -255,6 +313,15 @@ impl Classifier {
         }
     }
 
+    /// The policy of the first rule that matches `packet`, if one does.
+    pub fn rule_policy(&self, packet: &[u8]) -> Option<Policy> {
+        let (key, dscp) = parse_flow(packet)?;
+        self.rules
+            .iter()
+            .find(|r| r.matches(&key, dscp))
+            .map(|r| r.policy)
+    }
+
     /// The policy of `packet`: the first rule that matches; else `realtime` (default
     /// deadline) for a packet marked EF or AF4x (`REALTIME_DSCP`) — a rule naming the DSCP
     /// overrides this; else the default.
@@ -264,9 +331,7 @@ impl Classifier {
         };
         match self.rules.iter().find(|r| r.matches(&key, dscp)) {
             Some(r) => r.policy,
-            None if REALTIME_DSCP.contains(&dscp) => Policy::Realtime {
-                deadline: DEFAULT_DEADLINE,
-            },
+            None if REALTIME_DSCP.contains(&dscp) => Policy::realtime(DEFAULT_DEADLINE),
             None => self.default,
         }
     }
@@ -373,9 +438,7 @@ pub(crate) mod tests {
     /// EF and AF4x mean `realtime` when no rule matches; a rule naming the DSCP wins.
     #[test]
     fn dscp_realtime_default() {
-        let rt = Policy::Realtime {
-            deadline: DEFAULT_DEADLINE,
-        };
+        let rt = Policy::realtime(DEFAULT_DEADLINE);
         let mut c = Classifier::uniform(Policy::Aggregate);
         for d in [46, 34, 36, 38] {
             assert_eq!(c.classify(&udp4(d, 1, 2)), rt, "dscp {d}");
@@ -396,21 +459,12 @@ pub(crate) mod tests {
 
     #[test]
     fn realtime_code_and_deadline_round_trip() {
-        let p = Policy::Realtime {
-            deadline: Duration::from_millis(80),
-        };
+        let p = Policy::realtime(Duration::from_millis(80));
         assert_eq!(p.code(), 3);
         assert_eq!(Policy::from_data(p.code(), p.deadline_ms()), p);
-        assert_eq!(
-            Policy::from_data(3, 0),
-            Policy::Realtime {
-                deadline: DEFAULT_DEADLINE
-            }
-        );
+        assert_eq!(Policy::from_data(3, 0), Policy::realtime(DEFAULT_DEADLINE));
         assert_eq!(Policy::from_data(2, 80), Policy::Aggregate);
-        let long = Policy::Realtime {
-            deadline: Duration::from_secs(100),
-        };
+        let long = Policy::realtime(Duration::from_secs(100));
         assert_eq!(long.deadline_ms(), u16::MAX);
     }
 

@@ -1,7 +1,7 @@
 //! Asks a relay for a detour from a given local socket and prints the answer as JSON.
 //! For the lab and manual tests until the client's path manager does it:
 //!
-//! `detour_request BIND RELAY RELAY_PUBLIC_KEY CLIENT_KEY_FILE SERVER nat|tunnel [release]`
+//! `detour_request BIND RELAY RELAY_PUBLIC_KEY CLIENT_KEY_FILE SERVER nat|tunnel|nat-tcp [release]`
 //!
 //! BIND is the local address:port whose datagrams the detour is for (the same port must
 //! then send the traffic; the socket is closed when this program exits).
@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 7 {
-        bail!("usage: detour_request BIND RELAY RELAY_PUBLIC_KEY CLIENT_KEY_FILE SERVER nat|tunnel [release]");
+        bail!("usage: detour_request BIND RELAY RELAY_PUBLIC_KEY CLIENT_KEY_FILE SERVER nat|tunnel|nat-tcp [release]");
     }
     let bind: SocketAddr = a[1].parse().context("BIND")?;
     let relay: SocketAddr = a[2].parse().context("RELAY")?;
@@ -27,6 +27,7 @@ fn main() -> Result<()> {
     let mode = match a[6].as_str() {
         "nat" => Mode::Nat,
         "tunnel" => Mode::Tunnel,
+        "nat-tcp" => Mode::NatTcp,
         m => bail!("unknown mode {m}"),
     };
     let release = a.get(7).is_some_and(|x| x == "release");

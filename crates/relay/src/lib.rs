@@ -4,7 +4,8 @@
 //! §15), for one of its tunnel paths to be forwarded to a server; the relay installs the
 //! forwarding and answers with the relay port. NAT mode: nftables DNAT + SNAT per detour
 //! (`multihome_io::detour`), the kernel forwards and this process does no per-packet work.
-//! Tunnel mode: a UDP socket per detour forwards in userspace with batched
+//! NAT mode also forwards TCP for kernel MPTCP subflows (mode `nat-tcp`, requested by
+//! `multihome mptcp-detours`). Tunnel mode: a UDP socket per detour forwards in userspace with batched
 //! `recvmmsg`/`sendmmsg` (`tunnel.rs`). The relay only moves the tunnel's sealed datagrams.
 //!
 //! One tokio current-thread runtime (`multihome_runtime`, as every daemon): the request
@@ -18,7 +19,7 @@ mod tunnel;
 
 use anyhow::{Context, Result};
 use config::RelaySettings;
-use multihome_io::detour::{NatDetour, RelayTable};
+use multihome_io::detour::{NatDetour, Proto, RelayTable};
 use multihome_io::udp::{LinkSocket, RecvBuf};
 use multihome_proto::detour::{Action, DetourRelay, Entry, Mode, RelayConfig, ANSWER_LEN};
 use multihome_runtime::control::{self, ControlSocket};
@@ -72,7 +73,7 @@ impl Relay {
                 ok
             }
             Action::Renew(e) => match (e.mode, &self.table) {
-                (Mode::Nat, Some(t)) => t
+                (Mode::Nat | Mode::NatTcp, Some(t)) => t
                     .renew(&nat(&e), self.s.lifetime + KERNEL_SLACK)
                     .map_err(|err| warn!("renewing detour on port {}: {err}", e.port))
                     .is_ok(),
@@ -87,7 +88,7 @@ impl Relay {
 
     fn install(&mut self, e: &Entry) -> bool {
         match e.mode {
-            Mode::Nat => match &self.table {
+            Mode::Nat | Mode::NatTcp => match &self.table {
                 Some(t) => t
                     .add(&nat(e), self.s.lifetime + KERNEL_SLACK)
                     .map_err(|err| warn!("installing detour on port {}: {err}", e.port))
@@ -112,7 +113,7 @@ impl Relay {
 
     fn uninstall(&mut self, e: &Entry) {
         match e.mode {
-            Mode::Nat => {
+            Mode::Nat | Mode::NatTcp => {
                 if let Some(t) = &self.table {
                     if let Err(err) = t.remove(&nat(e)) {
                         warn!("removing detour on port {}: {err}", e.port);
@@ -129,6 +130,11 @@ impl Relay {
 
 fn nat(e: &Entry) -> NatDetour {
     NatDetour {
+        proto: if e.mode == Mode::NatTcp {
+            Proto::Tcp
+        } else {
+            Proto::Udp
+        },
         source: e.source,
         relay_port: e.port,
         server: e.server,

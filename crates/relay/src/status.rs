@@ -14,6 +14,7 @@ pub(super) struct Status<'a> {
     listen: SocketAddr,
     detours: usize,
     nat_detours: usize,
+    nat_tcp_detours: usize,
     tunnel_detours: usize,
     counters: CountersDoc,
     tunnel_forwarded_datagrams: u64,
@@ -75,12 +76,14 @@ impl Relay {
     /// The status document, as JSON.
     pub(super) fn status(&self) -> String {
         let entries: Vec<&Entry> = self.core.entries().collect();
-        let nat_n = entries.iter().filter(|e| e.mode == Mode::Nat).count();
+        let nat_n = entries.iter().filter(|e| e.mode != Mode::Tunnel).count();
+        let tcp_n = entries.iter().filter(|e| e.mode == Mode::NatTcp).count();
         let doc = Status {
             name: &self.s.name,
             listen: self.s.listen,
             detours: entries.len(),
             nat_detours: nat_n,
+            nat_tcp_detours: tcp_n,
             tunnel_detours: entries.len() - nat_n,
             counters: self.core.counters().into(),
             tunnel_forwarded_datagrams: self.stats.datagrams.get(),

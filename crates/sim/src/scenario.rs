@@ -151,9 +151,7 @@ impl PolicySpec {
             PolicySpec::Aggregate => Policy::Aggregate,
             PolicySpec::Best => Policy::Best,
             PolicySpec::Redundant => Policy::Redundant { copies: None },
-            PolicySpec::Realtime => Policy::Realtime {
-                deadline: deadline.unwrap_or(DEFAULT_DEADLINE),
-            },
+            PolicySpec::Realtime => Policy::realtime(deadline.unwrap_or(DEFAULT_DEADLINE)),
         }
     }
 }

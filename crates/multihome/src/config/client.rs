@@ -1,11 +1,13 @@
 //! Validation of `client.toml` into `ClientSettings`.
 
-use super::raw::{ClientFile, LinkSection, PolicySection};
+use super::raw::{ClientFile, LinkSection, PolicySection, RuleSection};
 use super::{relative_to, ConfigError, Source};
 use ipnet::IpNet;
 use multihome_proto::crypto::{CipherSet, DataCipher, PublicKey};
-use multihome_proto::policy::{Classifier, Policy, Rule};
+use multihome_proto::path::PathId;
+use multihome_proto::policy::{Classifier, LinkRule, Policy, Rule};
 use multihome_proto::session::AggregateScheduler;
+use multihome_proto::wire::stated::MAX_STATED_RULES;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -68,6 +70,9 @@ pub struct ClientSettings {
     pub kernel_copies: bool,
     /// Store-and-forward: most bytes held, and for how long, while no path is live.
     pub hold: (usize, Duration),
+    /// The server is resolved (`servers`): then `server_public_key` and the links' server
+    /// are placeholders until the first resolution (`daemon/naming.rs`).
+    pub naming: Option<super::naming::ClientNaming>,
 }
 
 /// Default control socket of the client.
@@ -127,15 +132,63 @@ pub(super) fn parse_policy(
         "best" => Ok(Policy::Best),
         "redundant" => Ok(Policy::Redundant { copies }),
         "aggregate" => Ok(Policy::Aggregate),
-        "realtime" => Ok(Policy::Realtime {
-            deadline: multihome_proto::policy::DEFAULT_DEADLINE,
-        }),
+        "realtime" => Ok(Policy::realtime(multihome_proto::policy::DEFAULT_DEADLINE)),
+        other
+            if LINK_KINDS
+                .iter()
+                .any(|k| other.starts_with(&format!("{k}:"))) =>
+        {
+            Err(src.err(
+                s.span().start,
+                format!("`{other}`: a link policy is the client's"),
+                "the server does not know the client's links: write it in the client's \
+                 [policy] (the client states it to the server)",
+            ))
+        }
         other => Err(src.err(
             s.span().start,
             format!("unknown policy `{other}`"),
-            "use one of: best, redundant, aggregate, realtime",
+            "use one of: best, redundant, aggregate, realtime, only:LINK, prefer:LINK, \
+             backup:LINK",
         )),
     }
+}
+
+/// The link policies, written `KIND:LINK` with a `[[link]]` name.
+const LINK_KINDS: [&str; 3] = ["only", "prefer", "backup"];
+
+/// A rule's (or the default) policy on the client: `parse_policy`'s, or a link policy
+/// `only:`, `prefer:` or `backup:` naming one of `links` (its path id is the link's
+/// position).
+fn parse_client_policy(
+    src: &Source<'_>,
+    s: &Spanned<String>,
+    copies: Option<u8>,
+    links: &[LinkSettings],
+) -> Result<Policy, ConfigError> {
+    let Some((kind, name)) = s.get_ref().split_once(':') else {
+        return parse_policy(src, s, copies);
+    };
+    if !LINK_KINDS.contains(&kind) {
+        return parse_policy(src, s, copies);
+    }
+    let Some(i) = links.iter().position(|l| l.name == name) else {
+        let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
+        return Err(src.err(
+            s.span().start,
+            format!(
+                "`{}` names no link: there is no [[link]] `{name}`",
+                s.get_ref()
+            ),
+            format!("use one of the [[link]] names: {}", names.join(", ")),
+        ));
+    };
+    let link = PathId(i as u8);
+    Ok(Policy::Link(match kind {
+        "only" => LinkRule::Only(link),
+        "prefer" => LinkRule::Prefer(link),
+        _ => LinkRule::Backup(link),
+    }))
 }
 
 pub(super) fn check_ifname(src: &Source<'_>, s: &Spanned<String>) -> Result<String, ConfigError> {
@@ -220,20 +273,32 @@ pub(super) fn parse_mtu(src: &Source<'_>, m: Option<&Spanned<u32>>) -> Result<u3
     }
 }
 
-fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, ConfigError> {
+fn parse_classifier(
+    src: &Source<'_>,
+    p: &PolicySection,
+    links: &[LinkSettings],
+) -> Result<Classifier, ConfigError> {
     let default = match &p.default {
-        Some(d) => parse_policy(src, d, None)?,
+        Some(d) => parse_client_policy(src, d, None, links)?,
         None => Policy::Best,
     };
+    // The rules are stated to the server (`session/stated.rs`), which takes so many.
+    if let Some(r) = p.rule.get(MAX_STATED_RULES) {
+        return Err(src.err(
+            r.policy.span().start,
+            format!("more than {MAX_STATED_RULES} [[policy.rule]] sections"),
+            format!("use at most {MAX_STATED_RULES} rules (merge port ranges)"),
+        ));
+    }
     let mut rules = Vec::new();
     for r in &p.rule {
         let copies = r.copies.as_ref().map(|c| *c.get_ref());
         if let Some(c) = &r.copies {
-            if *c.get_ref() == 0 {
+            if !(1..=16).contains(c.get_ref()) {
                 return Err(src.err(
                     c.span().start,
-                    "copies = 0",
-                    "use 1 or more, or omit for all links",
+                    format!("copies = {}", c.get_ref()),
+                    "use 1 to 16 (there are at most 16 links), or omit for all links",
                 ));
             }
         }
@@ -274,27 +339,7 @@ fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, C
             }
             d => d.as_ref().map(|d| *d.get_ref()),
         };
-        let mut policy = parse_policy(src, &r.policy, copies)?;
-        if let Some(d) = &r.deadline_ms {
-            let ms = *d.get_ref();
-            if !matches!(policy, Policy::Realtime { .. }) {
-                return Err(src.err(
-                    d.span().start,
-                    "deadline_ms on a rule whose policy is not realtime",
-                    "remove it, or set policy = \"realtime\"",
-                ));
-            }
-            if !(10..=10_000).contains(&ms) {
-                return Err(src.err(
-                    d.span().start,
-                    format!("deadline_ms = {ms} is out of range"),
-                    "use 10 to 10000 (voice: 150, interactive video: 200-400)",
-                ));
-            }
-            policy = Policy::Realtime {
-                deadline: std::time::Duration::from_millis(u64::from(ms)),
-            };
-        }
+        let policy = realtime_keys(src, r, parse_client_policy(src, &r.policy, copies, links)?)?;
         rules.push(Rule {
             name: r.name.clone(),
             protocol,
@@ -304,6 +349,47 @@ fn parse_classifier(src: &Source<'_>, p: &PolicySection) -> Result<Classifier, C
         });
     }
     Ok(Classifier { rules, default })
+}
+
+/// A rule's `deadline_ms` and `fec` keys applied to its `policy` (both are errors on a
+/// rule that is not `realtime`).
+fn realtime_keys(
+    src: &Source<'_>,
+    r: &RuleSection,
+    mut policy: Policy,
+) -> Result<Policy, ConfigError> {
+    if let Some(d) = &r.deadline_ms {
+        let ms = *d.get_ref();
+        if !matches!(policy, Policy::Realtime { .. }) {
+            return Err(src.err(
+                d.span().start,
+                "deadline_ms on a rule whose policy is not realtime",
+                "remove it, or set policy = \"realtime\"",
+            ));
+        }
+        if !(10..=10_000).contains(&ms) {
+            return Err(src.err(
+                d.span().start,
+                format!("deadline_ms = {ms} is out of range"),
+                "use 10 to 10000 (voice: 150, interactive video: 200-400)",
+            ));
+        }
+        policy = Policy::realtime(Duration::from_millis(u64::from(ms)));
+    }
+    if let Some(f) = &r.fec {
+        let Policy::Realtime { deadline, .. } = policy else {
+            return Err(src.err(
+                f.span().start,
+                "fec on a rule whose policy is not realtime",
+                "remove it, or set policy = \"realtime\"",
+            ));
+        };
+        policy = Policy::Realtime {
+            deadline,
+            fec: *f.get_ref(),
+        };
+    }
+    Ok(policy)
 }
 
 fn parse_ports(s: &str) -> Option<(u16, u16)> {
@@ -321,18 +407,36 @@ fn parse_ports(s: &str) -> Option<(u16, u16)> {
 pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
     let f: ClientFile = src.parse()?;
     let c = &f.client;
-    let default_server = c
-        .server
-        .as_ref()
-        .map(|s| parse_addr(src, s, "server"))
-        .transpose()?;
+    let naming = super::naming::parse_client(src, c.servers.as_ref(), f.naming.as_ref())?;
+    if naming.is_some() {
+        super::naming::check_resolved(src, &f)?;
+    }
+    let default_server = match naming {
+        Some(_) => Some(super::naming::UNRESOLVED),
+        None => c
+            .server
+            .as_ref()
+            .map(|s| parse_addr(src, s, "server"))
+            .transpose()?,
+    };
+    let server_public_key = match (&naming, &c.server_public_key) {
+        (Some(_), _) => PublicKey([0; 32]),
+        (None, Some(k)) => parse_key(src, k)?,
+        (None, None) => {
+            return Err(src.err_file(
+                "[client] has no server_public_key",
+                "paste the server's public key (`multihome pubkey`), or resolve it with servers = \"resolve\"",
+            ))
+        }
+    };
     let links = parse_links(src, &f.link, default_server)?;
+    let classifier = parse_classifier(src, &f.policy, &links)?;
     let aggregate = parse_scheduler(src, c.aggregate_scheduler.as_ref())?;
     let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
     Ok(ClientSettings {
         private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
         private_key_at: c.private_key_file.span().start,
-        server_public_key: parse_key(src, &c.server_public_key)?,
+        server_public_key,
         tun_name: check_ifname(src, &c.tun_name)?,
         tun_address: parse_net(src, &c.tun_address, "tun_address")?,
         routes: c
@@ -356,11 +460,12 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
         aggregate,
         ciphers: parse_cipher(src, c.cipher.as_ref())?,
         links,
-        classifier: parse_classifier(src, &f.policy)?,
+        classifier,
         relays,
         detours,
         kernel_copies: c.kernel_copies,
         hold: parse_hold(src, c.hold_max_mb.as_ref(), c.hold_max_s.as_ref())?,
+        naming,
     })
 }
 

@@ -8,6 +8,8 @@
 
 pub mod client;
 pub mod detours;
+pub mod mptcp;
+pub mod naming;
 mod raw;
 pub mod server;
 
@@ -42,6 +44,9 @@ pub fn read_private_key(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod naming_tests;
 
 /// The client's default control socket.
 pub fn client_default_socket() -> &'static str {

@@ -15,6 +15,34 @@ pub struct ClientFile {
     pub policy: PolicySection,
     #[serde(default)]
     pub relay: Vec<Spanned<RelaySection>>,
+    pub naming: Option<Spanned<ClientNamingSection>>,
+}
+
+/// `[naming]` of client.toml (`super::naming`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientNamingSection {
+    #[serde(default)]
+    pub resolvers: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub trusted_servers: Vec<Spanned<String>>,
+    pub lease_s: Option<Spanned<u64>>,
+}
+
+/// `[naming]` of server.toml (`super::naming`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerNamingSection {
+    pub listen: Spanned<String>,
+    pub store: Spanned<String>,
+    pub path: Option<Spanned<String>>,
+    #[serde(default)]
+    pub etcd: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub advertise: Vec<Spanned<String>>,
+    pub resolver_advertise: Option<Spanned<String>>,
+    pub capacity: Option<Spanned<u32>>,
+    pub lease_s: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -30,8 +58,10 @@ pub struct RelaySection {
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {
     pub private_key_file: Spanned<String>,
-    pub server_public_key: Spanned<String>,
+    pub server_public_key: Option<Spanned<String>>,
     pub server: Option<Spanned<String>>,
+    /// `"resolve"` or a list of resolver addresses (`super::naming`).
+    pub servers: Option<Spanned<toml::Value>>,
     #[serde(default = "default_tun")]
     pub tun_name: Spanned<String>,
     pub tun_address: Spanned<String>,
@@ -78,6 +108,7 @@ pub struct RuleSection {
     pub policy: Spanned<String>,
     pub copies: Option<Spanned<u8>>,
     pub deadline_ms: Option<Spanned<u32>>,
+    pub fec: Option<Spanned<bool>>,
 }
 
 /// `server.toml`.
@@ -87,6 +118,7 @@ pub struct ServerFile {
     pub server: ServerSection,
     #[serde(default)]
     pub peer: Vec<Spanned<PeerSection>>,
+    pub naming: Option<Spanned<ServerNamingSection>>,
 }
 
 #[derive(Debug, Deserialize)]

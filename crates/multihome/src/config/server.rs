@@ -61,6 +61,8 @@ pub struct ServerSettings {
     pub kernel_copies: bool,
     /// Copies of a downstream `redundant` packet (`redundant_copies`; adaptive if unset).
     pub redundant_copies: Option<u8>,
+    /// The resolver and its store (`[naming]`).
+    pub naming: Option<super::naming::ServerNaming>,
 }
 
 /// Default control socket of the server.
@@ -109,8 +111,9 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         Some(u) => Some((check_ifname(src, u)?, src.err(u.span().start, "", "").line)),
         None => None,
     };
+    let listen = parse_addr(src, &s.listen, "listen")?;
     Ok(ServerSettings {
-        listen: parse_addr(src, &s.listen, "listen")?,
+        listen,
         private_key_file: relative_to(src.path, s.private_key_file.get_ref()),
         private_key_at: s.private_key_file.span().start,
         tun_name: check_ifname(src, &s.tun_name)?,
@@ -146,5 +149,6 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
             }
             c => c.as_ref().map(|c| *c.get_ref()),
         },
+        naming: super::naming::parse_server(src, f.naming.as_ref(), listen)?,
     })
 }

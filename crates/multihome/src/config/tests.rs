@@ -163,18 +163,14 @@ fn realtime_rules_and_link_costs() {
     let c = client(&t).unwrap();
     assert_eq!(
         c.classifier.rules[0].policy,
-        multihome_proto::policy::Policy::Realtime {
-            deadline: std::time::Duration::from_millis(100)
-        }
+        multihome_proto::policy::Policy::realtime(std::time::Duration::from_millis(100))
     );
     assert_eq!((c.links[0].cost, c.links[1].cost), (1, 5));
     let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS) + rule;
     let c = client(&t).unwrap();
     assert_eq!(
         c.classifier.rules[0].policy,
-        multihome_proto::policy::Policy::Realtime {
-            deadline: multihome_proto::policy::DEFAULT_DEADLINE
-        }
+        multihome_proto::policy::Policy::realtime(multihome_proto::policy::DEFAULT_DEADLINE)
     );
     let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS) + rule + "deadline_ms = 0\n";
     let e = client(&t).unwrap_err();
@@ -190,6 +186,39 @@ fn realtime_rules_and_link_costs() {
     );
     let e = client(&client_src("server = \"10.0.1.1:7000\"\n", &links)).unwrap_err();
     assert!(e.message.contains("cost = 0"), "{e}");
+}
+
+/// `fec = false` turns parity off on a realtime rule, keeping its deadline; anything but
+/// a boolean, or `fec` on another policy, is an error on its line.
+#[test]
+fn realtime_fec_switch() {
+    use multihome_proto::policy::Policy;
+    let rule = "[[policy.rule]]\nname = \"video\"\nprotocol = \"udp\"\npolicy = \"realtime\"\n";
+    let base = client_src("server = \"10.0.1.1:7000\"\n", LINKS);
+    let line_of_fec = base.lines().count() + 5;
+    let c = client(&(base.clone() + rule + "deadline_ms = 120\nfec = false\n")).unwrap();
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        Policy::Realtime {
+            deadline: std::time::Duration::from_millis(120),
+            fec: false
+        }
+    );
+    let c = client(&(base.clone() + rule + "fec = true\n")).unwrap();
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        Policy::realtime(multihome_proto::policy::DEFAULT_DEADLINE)
+    );
+    let e = client(&(base.clone() + rule + "fec = \"off\"\n")).unwrap_err();
+    assert_eq!(e.line, line_of_fec, "{e}");
+    assert!(e.message.contains("invalid type"), "{e}");
+    let e = client(&(base + &rule.replace("realtime", "redundant") + "fec = false\n")).unwrap_err();
+    assert_eq!(e.line, line_of_fec, "{e}");
+    assert!(
+        e.message
+            .contains("fec on a rule whose policy is not realtime"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -241,4 +270,49 @@ fn hold_limits_default_and_range() {
     let e = client(&bad).unwrap_err();
     assert!(e.message.contains("hold_max_s = 0"), "{e}");
     assert_eq!(e.line, 5, "{e}");
+}
+
+#[test]
+fn link_policies_name_links_and_errors_are_located() {
+    use multihome_proto::path::PathId;
+    use multihome_proto::policy::{LinkRule, Policy};
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS)
+        + "[policy]\ndefault = \"backup:lte\"\n[[policy.rule]]\nname = \"bulk\"\nports = \"80\"\n\
+           policy = \"only:dsl\"\n[[policy.rule]]\nname = \"ssh\"\nports = \"22\"\npolicy = \"prefer:lte\"\n";
+    let c = client(&t).unwrap();
+    assert_eq!(
+        c.classifier.default,
+        Policy::Link(LinkRule::Backup(PathId(1)))
+    );
+    assert_eq!(
+        c.classifier.rules[0].policy,
+        Policy::Link(LinkRule::Only(PathId(0)))
+    );
+    assert_eq!(
+        c.classifier.rules[1].policy,
+        Policy::Link(LinkRule::Prefer(PathId(1)))
+    );
+    // An unknown link name: the line of the policy, the links to choose from.
+    let t = client_src("server = \"10.0.1.1:7000\"\n", LINKS)
+        + "[policy]\n[[policy.rule]]\nname = \"bulk\"\nports = \"80\"\npolicy = \"only:wifi\"\n";
+    let e = client(&t).unwrap_err();
+    assert_eq!(e.line, 20, "{e}");
+    assert!(e.message.contains("no [[link]] `wifi`"), "{e}");
+    assert!(e.fix.contains("dsl, lte"), "{e}");
+    let t =
+        client_src("server = \"10.0.1.1:7000\"\n", LINKS) + "[policy]\ndefault = \"first:dsl\"\n";
+    let e = client(&t).unwrap_err();
+    assert!(e.message.contains("unknown policy"), "{e}");
+    assert!(e.fix.contains("backup:LINK"), "{e}");
+    // The server has no links to name.
+    let t = format!(
+        "[server]\nlisten = \"0.0.0.0:7000\"\nprivate_key_file = \"/k\"\ntun_address = \"10.200.0.1/24\"\ndefault_policy = \"only:dsl\"\n\n[[peer]]\nname = \"home\"\npublic_key = \"{KEY}\"\nallowed_ips = [\"10.200.0.2/32\"]\n"
+    );
+    let e = server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &t,
+    })
+    .unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.message.contains("link policy is the client's"), "{e}");
 }

@@ -50,12 +50,24 @@ pub fn run(path: &Path) -> Result<()> {
     block_on(run_loop(s, key))
 }
 
-async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret) -> Result<()> {
+async fn run_loop(mut s: ClientSettings, key: multihome_proto::crypto::StaticSecret) -> Result<()> {
+    // A resolved server (`servers`) is known before anything else is set up.
+    let naming = super::naming::start(&mut s, &key).await?;
     let clock = Clock::new();
     let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
     add_routes(&s)?;
     let detours = super::detours::Detours::new(&s, key.clone(), clock.epoch_us, super::os_seed()?);
-    let mut client = Client::with_rng_seed(client_config(&s, key, &clock), super::os_seed()?);
+    let base = client_config(&s, key, &clock);
+    let mut client = Client::with_rng_seed(base.clone(), super::os_seed()?);
+    let naming = naming.map(|n| {
+        n.with_factory(Box::new(move |server_key| {
+            let cfg = ClientConfig {
+                server_key,
+                ..base.clone()
+            };
+            Ok(Client::with_rng_seed(cfg, super::os_seed()?))
+        }))
+    });
     let links = s.links.iter();
     let mut bind = LinkBind::new(links.map(|l| (l.name.clone(), l.interface.clone(), l.server)));
     if s.kernel_copies {
@@ -71,11 +83,12 @@ async fn run_loop(s: ClientSettings, key: multihome_proto::crypto::StaticSecret)
         tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, cost = s.links[i].cost, "link configured");
     }
     let names: Vec<String> = bind.links().iter().map(|l| l.name.clone()).collect();
-    let mut watch = LinkWatch {
+    let links = LinkWatch {
         fd: register(LinkWatcher::new().context("opening netlink")?)?,
         events: Vec::new(),
         fast: FastPath::start(s.kernel_copies, &bind)?,
     };
+    let mut watch = super::naming::Watches::new(links, naming);
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,

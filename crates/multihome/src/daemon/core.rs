@@ -72,6 +72,8 @@ pub struct ClientCore {
     n_links: usize,
     was_established: bool,
     detours: Option<Detours>,
+    /// The naming watch's status (`daemon/naming.rs`), shown under `naming`.
+    pub naming: Option<serde_json::Value>,
 }
 
 impl ClientCore {
@@ -83,6 +85,7 @@ impl ClientCore {
             link_names,
             was_established: false,
             detours: None,
+            naming: None,
         }
     }
 
@@ -171,6 +174,9 @@ impl Core for ClientCore {
         let mut v = crate::status::client_status(&self.client, &self.link_names);
         if let Some(d) = &self.detours {
             v["detours"] = d.status();
+        }
+        if let Some(n) = &self.naming {
+            v["naming"] = n.clone();
         }
         v
     }

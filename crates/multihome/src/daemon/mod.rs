@@ -8,6 +8,9 @@
 //! - [`detours`]: the client's detour paths through relays (carrying out the sans-IO
 //!   path manager's decisions);
 //! - [`mem`]: in-memory devices and binds (tests, load generation);
+//! - [`mptcp`]: `multihome mptcp-detours`, subflows through relays for kernel MPTCP
+//!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
+//! - [`naming`]: the client resolving its server, the server's resolver thread;
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
 //!
@@ -24,6 +27,8 @@ pub mod fastpath;
 pub mod fastpath_server;
 pub mod io;
 pub mod mem;
+pub mod mptcp;
+pub mod naming;
 pub mod server;
 
 use anyhow::{Context, Result};

@@ -52,6 +52,7 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         ),
         None => None,
     };
+    super::naming::serve(&s, &key)?;
     let core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),

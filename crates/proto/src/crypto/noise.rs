@@ -21,7 +21,7 @@ use snow::types::{Cipher, Dh, Hash, Random};
 use snow::{Builder, HandshakeState};
 
 const PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
-const PROLOGUE: &[u8] = b"multihome v3";
+const PROLOGUE: &[u8] = b"multihome v4";
 /// Payload of message 1: timestamp u64, flags u8, cipher set u8, 2 reserved bytes.
 pub const INIT_PAYLOAD_LEN: usize = 12;
 /// Response flag: data is sealed with AES-256-GCM (else ChaCha20-Poly1305).

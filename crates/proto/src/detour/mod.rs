@@ -9,11 +9,14 @@
 //! (Brennan's "custom protocol for arranging NAT detours", made authenticated). Wire
 //! format in `wire.rs` and docs/PROTOCOL.md §15; the client's state machine in `client.rs`;
 //! the relay's admission, bounded table and expiry in `relay.rs`; the client's path manager
-//! (which detours the tunnel uses) in `manager.rs`.
+//! (which detours the tunnel uses) in `manager.rs`; which kernel MPTCP connections get
+//! subflows through which relays in `mptcp.rs`.
 
 mod client;
 mod manager;
 mod manager_types;
+mod mptcp;
+mod mptcp_types;
 mod relay;
 mod wire;
 
@@ -21,6 +24,10 @@ pub use client::{ClientConfig, ClientCounters, ClientEvent, DetourClient, Reques
 pub use manager::{
     Action as ManagerAction, CandidateStatus, DetourManager, ManagerConfig, ManagerCounters,
     PathObs, RelaySpec, Transmit as ManagerTransmit, TICK,
+};
+pub use mptcp::{
+    DetourId, DetourStatus, MptcpAction, MptcpConfig, MptcpCounters, MptcpManager, RelayStatus,
+    Target,
 };
 pub use relay::{
     is_request, Action, Admitted, DetourRelay, Entry, ModeSet, RelayConfig, RelayCounters,
@@ -34,5 +41,7 @@ pub use wire::{
 
 #[cfg(test)]
 mod manager_tests;
+#[cfg(test)]
+mod mptcp_tests;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ use std::time::Duration;
 /// Which modes a relay offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModeSet {
-    /// Kernel NAT detours.
+    /// Kernel NAT detours (UDP tunnel paths and TCP subflows).
     pub nat: bool,
     /// Userspace tunnel detours.
     pub tunnel: bool,
@@ -42,7 +42,7 @@ impl ModeSet {
     /// Whether `m` is offered.
     pub fn contains(self, m: Mode) -> bool {
         match m {
-            Mode::Nat => self.nat,
+            Mode::Nat | Mode::NatTcp => self.nat,
             Mode::Tunnel => self.tunnel,
         }
     }

@@ -55,6 +55,10 @@ pub enum Mode {
     Nat = 1,
     /// Userspace forwarding through a relay socket (batched), for relays that cannot NAT.
     Tunnel = 2,
+    /// Kernel forwarding of TCP (nftables DNAT + SNAT): a kernel MPTCP subflow from the
+    /// request's source address and port (the client binds its TCP subflow to the port its
+    /// request came from). Offered with `Nat`.
+    NatTcp = 3,
 }
 
 impl Mode {
@@ -62,6 +66,7 @@ impl Mode {
         match b {
             1 => Ok(Mode::Nat),
             2 => Ok(Mode::Tunnel),
+            3 => Ok(Mode::NatTcp),
             _ => Err(DetourError::Malformed("unknown mode")),
         }
     }
@@ -71,6 +76,7 @@ impl Mode {
         match self {
             Mode::Nat => "nat",
             Mode::Tunnel => "tunnel",
+            Mode::NatTcp => "nat-tcp",
         }
     }
 }

@@ -86,7 +86,9 @@ impl Client {
     /// handshakes as soon as it has a link and `handle_timeout` runs.
     pub fn with_rng_seed(cfg: ClientConfig, seed: [u8; 32]) -> Self {
         let id = cfg.local_key.public_key().session_id();
-        let session = Session::new(id, cfg.session, Side::Client);
+        let mut session = Session::new(id, cfg.session, Side::Client);
+        // The downlink is the receiver's business: the server applies our rules to it.
+        session.state_policy(&cfg.classifier);
         Client {
             cfg,
             session,
@@ -226,6 +228,7 @@ impl Client {
             Session::new(id, self.cfg.session, Side::Client),
         );
         self.session.adopt_held(&mut old);
+        self.session.state_policy(&self.cfg.classifier);
         for l in &self.links {
             self.session.ensure_path(now, l.id, l.remote);
             self.session.set_path_available(now, l.id, l.available);

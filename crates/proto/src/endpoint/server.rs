@@ -289,7 +289,7 @@ impl Server {
         let default = self.cfg.default_policy;
         match self.peers[pi].session.as_mut() {
             Some(s) => {
-                let policy = match s.learned_policy(packet).unwrap_or(default) {
+                let policy = match s.downlink_policy(packet, default) {
                     Policy::Redundant { copies: None } => Policy::Redundant {
                         copies: self.cfg.downstream_copies,
                     },

@@ -8,7 +8,10 @@
 //!   time to rebuild that packet (`Encoder`, the session decides the time).
 //! - The number of parity shards m follows the measured loss (`parity_count`): the
 //!   smallest m for which the expected fraction of the block's packets left unrecoverable
-//!   is at most the target; none on clean paths.
+//!   is at most the target, each data packet counted with the loss of the path it took;
+//!   none on clean paths. Up to 32 packets a block: a video call sends 10-60 packets a
+//!   frame, and the parity a block needs grows slower than the block (5 % loss: 4 shards
+//!   for 16 packets, 6 for 32), so long blocks are what keeps video's parity affordable.
 //! - Shards: each data packet becomes `len u16 | packet | zeros` up to the block's
 //!   longest packet + 2 bytes (unequal lengths are padded, the real length is inside the
 //!   shard); parity shards have that length. The codec is `reed-solomon-erasure` (GF(2^8),
@@ -31,7 +34,7 @@ pub use encoder::{Encoder, ParityBlock, Pending};
 use reed_solomon_erasure::galois_8::ReedSolomon;
 
 /// Most data packets per block.
-pub const MAX_K: usize = 16;
+pub const MAX_K: usize = 32;
 /// Most parity shards per block.
 pub const MAX_M: usize = 8;
 /// Residual loss the parity aims for: expected fraction of a block's packets that stay
@@ -64,15 +67,17 @@ fn codec(k: usize, m: usize) -> Option<ReedSolomon> {
     ReedSolomon::new(k, m).ok()
 }
 
-/// The least m in 0..=`MAX_M` such that, with k data shards each lost with probability
-/// `p_data` and m parity shards each lost with `p_parity` (independently), the expected
-/// fraction of data packets not rebuilt is at most `target`; `MAX_M` if none is.
-pub fn parity_count(k: usize, p_data: f64, p_parity: f64, target: f64) -> usize {
-    let (pd, pp) = (p_data.clamp(0.0, 1.0), p_parity.clamp(0.0, 1.0));
-    if k == 0 || pd == 0.0 {
+/// The least m in 0..=`MAX_M` such that, with the block's data packets each lost with
+/// its own probability (`p_data`, one per packet: the loss of the path it took) and m
+/// parity shards each lost with `p_parity` (all independently), the expected fraction of
+/// data packets not rebuilt is at most `target`; `MAX_M` if none is.
+pub fn parity_count(p_data: &[f64], p_parity: f64, target: f64) -> usize {
+    let k = p_data.len();
+    let pp = p_parity.clamp(0.0, 1.0);
+    if k == 0 || p_data.iter().all(|&p| p <= 0.0) {
         return 0;
     }
-    let data = binomial(k, pd);
+    let data = lost_count(p_data);
     (0..=MAX_M)
         .find(|&m| {
             let parity = binomial(m, pp);
@@ -89,6 +94,22 @@ pub fn parity_count(k: usize, p_data: f64, p_parity: f64, target: f64) -> usize 
             lost / k as f64 <= target
         })
         .unwrap_or(MAX_M)
+}
+
+/// P(exactly j of the packets lost) for j in 0..=n, packet i lost with `p[i]`
+/// independently (the Poisson-binomial distribution, one packet at a time).
+fn lost_count(p: &[f64]) -> Vec<f64> {
+    let mut out = vec![0.0; p.len() + 1];
+    out[0] = 1.0;
+    for (i, &pi) in p.iter().enumerate() {
+        let pi = pi.clamp(0.0, 1.0);
+        for j in (0..=i + 1).rev() {
+            let stay = out[j] * (1.0 - pi);
+            let moved = if j > 0 { out[j - 1] * pi } else { 0.0 };
+            out[j] = stay + moved;
+        }
+    }
+    out
 }
 
 /// P(exactly i of n lost) for i in 0..=n.

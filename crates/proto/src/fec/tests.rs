@@ -112,11 +112,55 @@ proptest! {
 
 #[test]
 fn parity_follows_loss() {
-    assert_eq!(parity_count(6, 0.0, 0.0, TARGET_RESIDUAL), 0);
-    let m1 = parity_count(6, 0.01, 0.01, TARGET_RESIDUAL);
-    let m5 = parity_count(6, 0.05, 0.05, TARGET_RESIDUAL);
+    let t = TARGET_RESIDUAL;
+    assert_eq!(parity_count(&[0.0; 6], 0.0, t), 0);
+    let m1 = parity_count(&[0.01; 6], 0.01, t);
+    let m5 = parity_count(&[0.05; 6], 0.05, t);
     assert!(m1 >= 1 && m5 > m1, "{m1} {m5}");
-    assert_eq!(parity_count(6, 0.99, 0.99, TARGET_RESIDUAL), MAX_M);
+    assert_eq!(parity_count(&[0.99; 6], 0.99, t), MAX_M);
+}
+
+/// Parity grows slower than the block: at 5 % loss (parity on a 2 % path) 16 packets need
+/// 4 shards (25 %) and 32 packets 6 (19 %) — the binomial sums of `parity_count`, checked
+/// by hand: 16 packets with 3 shards leave 0.22 % unrecoverable, with 4 0.04 %; 32 packets
+/// with 5 shards 0.12 %, with 6 0.03 % (target 0.1 %).
+#[test]
+fn long_blocks_need_relatively_less_parity() {
+    let t = TARGET_RESIDUAL;
+    assert_eq!(parity_count(&[0.05; 16], 0.02, t), 4);
+    assert_eq!(parity_count(&[0.05; 32], 0.02, t), 6);
+    // A block takes 32 video packets of 1228 bytes (1200 bytes of UDP payload): its parity
+    // frame, 14 + 32 × 4 + 2 + 1230 = 1374 bytes, fits a 1400-byte room; the 33rd opens a
+    // new block.
+    let mut e = Encoder::default();
+    for seq in 0..32u64 {
+        assert!(e.fits(seq, 1228, 150, 1400), "packet {seq}");
+        let pending = Pending {
+            seq,
+            sent: Instant::ZERO,
+            path: PathId(0),
+            packet: Arc::from(vec![0u8; 1228]),
+        };
+        e.add(pending, 150, Instant::from_micros(100_000));
+    }
+    assert!(e.full() && !e.fits(32, 1228, 150, 1400));
+}
+
+/// Each packet counts with its own path's loss: a block half on a clean path needs less
+/// parity than one wholly on the lossy path, and more than one wholly on the clean path.
+#[test]
+fn parity_counts_each_packet_at_its_paths_loss() {
+    let t = TARGET_RESIDUAL;
+    let mixed: Vec<f64> = (0..32)
+        .map(|i| if i % 2 == 0 { 0.05 } else { 0.0 })
+        .collect();
+    let lossy = parity_count(&[0.05; 32], 0.02, t);
+    let half = parity_count(&mixed, 0.02, t);
+    assert!(half < lossy && half > 0, "{half} {lossy}");
+    // The distribution of lost packets matches the binomial when all losses are equal.
+    let pb = lost_count(&[0.05; 16]);
+    let b = binomial(16, 0.05);
+    assert!(pb.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-12));
 }
 
 #[test]

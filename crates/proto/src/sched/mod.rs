@@ -8,6 +8,7 @@
 
 mod best;
 mod earliest;
+pub mod link;
 pub mod realtime;
 mod redundant;
 pub mod split;
@@ -15,6 +16,7 @@ mod weighted;
 
 pub use best::BestPath;
 pub use earliest::{expected_delivery, EarliestArrival};
+pub use link::LinkScheduler;
 pub use redundant::Redundant;
 pub use redundant::TARGET_RESIDUAL;
 pub use weighted::Weighted;

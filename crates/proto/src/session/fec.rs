@@ -4,8 +4,9 @@
 //! when full, when the next packet does not fit its parity frame, or at the latest when
 //! its parity, sent on the path it will take, would reach the receiver just in time to
 //! rebuild the block's oldest packet (`CLOSE_MARGIN` before its deadline). At close the
-//! parity count follows the paths' measured loss (`fec::parity_count`; a Suspect path
-//! counts as losing half its packets: a failover in doubt), and the shards go on the
+//! parity count follows the measured loss of the path each packet took
+//! (`fec::parity_count`; a Suspect path counts as losing half its packets: a failover in
+//! doubt), and the shards go on the
 //! paths that still deliver within the oldest packet's time, other paths than the data's
 //! first (a loss burst on the data's path spares them), then the cheapest (`cost`), then
 //! the fastest.
@@ -60,7 +61,7 @@ impl Session {
         deadline: Duration,
     ) {
         let room = self.frames_room();
-        let deadline_ms = crate::policy::Policy::Realtime { deadline }.deadline_ms();
+        let deadline_ms = crate::policy::Policy::realtime(deadline).deadline_ms();
         if !self.fec_tx.fits(seq, packet.len(), deadline_ms, room) {
             self.close_fec_block(now);
         }
@@ -94,7 +95,6 @@ impl Session {
             self.fec_tx.close(0);
             return;
         };
-        let k = self.fec_tx.pending().len();
         let budget = Duration::from_millis(u64::from(self.fec_tx.deadline_ms()))
             .saturating_sub(now.saturating_since(oldest.sent));
         let data_paths: PathSet = {
@@ -109,13 +109,20 @@ impl Session {
         let views = self.take_views(now);
         let targets = parity_paths(&views, &data_paths, budget);
         let loss_of = |id: &PathId| views.iter().find(|v| v.id == *id).map_or(0.0, planned_loss);
-        let p_data = data_paths.iter().map(loss_of).fold(0.0, f64::max);
-        let p_parity = targets.first().map_or(p_data, loss_of);
+        // Each packet at its own path's loss: a burst spread over a clean and a lossy path
+        // needs less parity than if all of it had taken the lossy one.
+        let p_data: Vec<f64> = self
+            .fec_tx
+            .pending()
+            .iter()
+            .map(|p| loss_of(&p.path))
+            .collect();
+        let p_parity = targets.first().map_or(1.0, loss_of);
         self.put_views(views);
         let m = if targets.is_empty() {
             0
         } else {
-            fec::parity_count(k, p_data, p_parity, fec::TARGET_RESIDUAL)
+            fec::parity_count(&p_data, p_parity, fec::TARGET_RESIDUAL)
         };
         let Some(block) = self.fec_tx.close(m) else {
             return;

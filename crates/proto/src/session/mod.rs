@@ -25,11 +25,13 @@ mod realtime_rx;
 mod recv;
 mod reinject;
 mod schedule;
+mod stated;
 mod store;
 mod transmit;
 
 pub use keyring::{Keypair, Keyring, Slot};
 pub use recv::SealedData;
+pub use stated::StatedStats;
 pub use store::HoldStats;
 pub use transmit::Transmit;
 
@@ -41,7 +43,7 @@ use crate::policy::{FlowTable, Policy};
 use crate::reorder::{ReorderBuffer, ReorderStats};
 use crate::replay::ReplayWindow;
 use crate::sched::split::FlowMeter;
-use crate::sched::{BestPath, EarliestArrival, Redundant, Scheduler, Weighted};
+use crate::sched::{BestPath, EarliestArrival, LinkScheduler, Redundant, Scheduler, Weighted};
 use crate::Instant;
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -165,8 +167,8 @@ pub struct SessionCounters {
     /// Realtime packets dropped at the sender: no path delivers them before their
     /// deadline (`sched/realtime.rs`). Never sent late.
     pub rt_dropped_late: u64,
-    /// Realtime packets received after their deadline (judged by `realtime_rx.rs`; still
-    /// delivered: the application's jitter buffer decides).
+    /// Realtime packets received after their deadline (judged by `realtime_rx.rs`), not
+    /// delivered: none reaches the application late.
     pub rt_rx_late: u64,
     /// Datagrams sealed once for the kernel to copy onto the other links
     /// (`SessionConfig::kernel_copies`).
@@ -209,6 +211,8 @@ pub struct Session {
     agg_queue: CodelQueue,
     best: BestPath,
     redundant: Redundant,
+    /// Link policies (`sched/link.rs`).
+    link_sched: LinkScheduler,
     aggregate: Box<dyn Scheduler>,
     flows: FlowTable,
     flow_meter: FlowMeter,
@@ -234,6 +238,8 @@ pub struct Session {
     fec_rx: crate::fec::Decoder,
     /// Packets held while no path is live (`store.rs`).
     store: store::Store,
+    /// The client's stated downlink policy (`stated.rs`).
+    stated: stated::Stated,
 }
 
 struct PathSlot {
@@ -271,6 +277,7 @@ impl Session {
             agg_queue: CodelQueue::new(cfg.queue_max_bytes),
             best: BestPath::new(cfg.failback_hold),
             redundant: Redundant::new(None),
+            link_sched: LinkScheduler::new(cfg.failback_hold),
             aggregate,
             flows: FlowTable::new(4096, Duration::from_secs(120)),
             flow_meter: FlowMeter::new(),
@@ -289,6 +296,7 @@ impl Session {
             fec_tx: crate::fec::Encoder::default(),
             fec_rx: crate::fec::Decoder::default(),
             store: store::Store::default(),
+            stated: stated::Stated::default(),
         }
     }
 
@@ -476,12 +484,12 @@ impl Session {
     }
 
     /// After path `id` changed to `state`: a failing path's data is reinjected on the
-    /// others (`reinject.rs`); if no path is live any more, everything is held
-    /// (`store.rs`).
+    /// others (`reinject.rs`); if no path is live any more, everything is held, else the
+    /// path's `only:` data (`store.rs`).
     fn on_path_state(&mut self, now: Instant, id: PathId, state: PathState) {
         self.on_path_failing(id, state);
-        if state == PathState::Down && !self.any_live(now) {
-            self.hold_everything(now);
+        if state == PathState::Down {
+            self.on_path_down(now, id);
         }
     }
 

@@ -251,6 +251,10 @@ impl Session {
                     s.path.on_pair_report(p.capacity_kbps);
                 }
             }
+            // Neither asks for a path ACK: each rides in a datagram that goes anyway
+            // (`stated.rs`), and the answer to a statement rides in the next one back.
+            Frame::Policy(f) => self.on_policy(&f),
+            Frame::PolicyAck(epoch) => self.on_policy_ack(epoch),
         }
     }
 
@@ -307,10 +311,15 @@ impl Session {
                 self.flows.learn(now, key, policy);
             }
         }
-        if flags.realtime() && self.rt_rx.is_late(raw_delay, self.min_owd(), deadline_ms) {
+        // A realtime packet past its deadline is of no use to the application (a jitter
+        // buffer would discard it): it is counted and not delivered, so none ever reaches
+        // the application late. It still joins its FEC block below.
+        let late = flags.realtime() && self.rt_rx.is_late(raw_delay, self.min_owd(), deadline_ms);
+        if late {
             self.counters.rt_rx_late += 1;
+        } else {
+            self.counters.rx_ip_packets += 1;
         }
-        self.counters.rx_ip_packets += 1;
         self.holes.on_datagram(path_id, Some(data_seq));
         let packet = match payload {
             Cow::Owned(p) => p,
@@ -324,6 +333,10 @@ impl Session {
         if flags.realtime() {
             // Kept for its FEC block; the block's packets it lets us rebuild go out too.
             self.remember_realtime(now, data_seq, &packet);
+        }
+        if late {
+            self.recycle(packet);
+            return;
         }
         let order = Order::of(flags, data_seq, pred_gap);
         self.reorder

@@ -37,8 +37,8 @@
 //! is reinjected at most once per path failure it was caught in.
 
 use super::Session;
-use crate::path::{PathId, PathState};
-use crate::policy::Policy;
+use crate::path::{PathId, PathState, PathView};
+use crate::policy::{LinkRule, Policy};
 use crate::wire::{DataFlags, NackFrame};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -57,6 +57,9 @@ pub(super) struct Reinjection {
     /// Sent again with the same order (`wire::OrderMode`).
     pub pred_gap: u16,
     pub packet: Arc<[u8]>,
+    /// A link policy's rule: `only:` data is never sent on another link, `backup:` data
+    /// not on its link while another is `Up`.
+    pub link: Option<LinkRule>,
 }
 
 /// A data packet sent as datagram `path_seq` and not yet covered by its path's feedback.
@@ -84,6 +87,7 @@ impl InFlight {
         path_seq: u32,
         data_seq: u64,
         (flags, pred_gap): (DataFlags, u16),
+        link: Option<LinkRule>,
         packet: &Arc<[u8]>,
     ) {
         // Not realtime packets: a copy sent after a failure is detected would mostly
@@ -104,6 +108,7 @@ impl InFlight {
                 flags,
                 pred_gap,
                 packet: packet.clone(),
+                link,
             },
         });
     }
@@ -128,6 +133,21 @@ impl InFlight {
     /// Removes and returns every packet held, in send order.
     pub fn drain(&mut self) -> impl Iterator<Item = Reinjection> + '_ {
         self.sent.drain(..).map(|s| s.data)
+    }
+
+    /// Removes and returns the `only:` packets (in send order), keeping the others.
+    pub fn take_only(&mut self) -> Vec<Reinjection> {
+        self.take(true).into_iter().map(|s| s.data).collect()
+    }
+
+    /// Removes and returns the `only:` packets (`only`) or the others, in send order.
+    fn take(&mut self, only: bool) -> Vec<Sent> {
+        let is_only = |s: &Sent| matches!(s.data.link, Some(LinkRule::Only(_)));
+        let (taken, kept): (VecDeque<Sent>, VecDeque<Sent>) = std::mem::take(&mut self.sent)
+            .into_iter()
+            .partition(|s| is_only(s) == only);
+        self.sent = kept;
+        taken.into()
     }
 
     /// Removes and returns the packets of datagrams `first .. first + count`.
@@ -178,13 +198,25 @@ impl Session {
         let Some(slot) = self.slot_mut(id) else {
             return;
         };
-        for s in std::mem::take(&mut slot.in_flight.sent) {
+        // `only:` data stays: it goes on no other link, and is held if its link goes
+        // `Down` (`store.rs`).
+        for s in slot.in_flight.take(false) {
             self.counters.reinjected += 1;
             let mut r = s.data;
             // Unordered: it fills its hole, or is dropped as a duplicate.
             r.flags = DataFlags::new(r.flags.policy_code(), false);
             r.pred_gap = 0;
             self.queue_again(r);
+        }
+    }
+}
+
+/// Narrows the views a reinjected packet may go on to what its link rule allows: not
+/// the `backup:` link while another path is `Up`.
+pub(super) fn restrict(link: Option<LinkRule>, views: &mut Vec<PathView>) {
+    if let Some(LinkRule::Backup(b)) = link {
+        if views.iter().any(|v| v.id != b && v.state == PathState::Up) {
+            views.retain(|v| v.id != b);
         }
     }
 }
@@ -205,7 +237,7 @@ mod tests {
     fn acks_prune_in_send_order_across_wrap() {
         let mut f = InFlight::default();
         for (i, seq) in [u32::MAX - 1, u32::MAX, 0, 1].into_iter().enumerate() {
-            f.on_sent(seq, i as u64, (aggregate(), 0), &pkt());
+            f.on_sent(seq, i as u64, (aggregate(), 0), None, &pkt());
         }
         f.on_ack(u32::MAX);
         assert_eq!(f.len(), 2, "the two before the wrap are acknowledged");
@@ -220,7 +252,7 @@ mod tests {
     fn a_nacked_range_is_taken_out_across_wrap() {
         let mut f = InFlight::default();
         for (i, seq) in [u32::MAX - 1, u32::MAX, 0, 1, 2].into_iter().enumerate() {
-            f.on_sent(seq, i as u64, (aggregate(), 0), &pkt());
+            f.on_sent(seq, i as u64, (aggregate(), 0), None, &pkt());
         }
         let lost: Vec<u64> = f
             .take_range(u32::MAX, 2)
@@ -235,13 +267,17 @@ mod tests {
     #[test]
     fn realtime_packets_are_not_remembered_and_memory_is_bounded() {
         let mut f = InFlight::default();
-        let realtime = Policy::Realtime {
-            deadline: core::time::Duration::from_millis(150),
-        };
-        f.on_sent(0, 0, (DataFlags::new(realtime.code(), false), 0), &pkt());
+        let realtime = Policy::realtime(core::time::Duration::from_millis(150));
+        f.on_sent(
+            0,
+            0,
+            (DataFlags::new(realtime.code(), false), 0),
+            None,
+            &pkt(),
+        );
         assert_eq!(f.len(), 0);
         for i in 0..(MAX_IN_FLIGHT as u32 + 10) {
-            f.on_sent(i, u64::from(i), (aggregate(), 0), &pkt());
+            f.on_sent(i, u64::from(i), (aggregate(), 0), None, &pkt());
         }
         assert_eq!(f.len(), MAX_IN_FLIGHT);
         // The oldest went first.

@@ -16,8 +16,8 @@
 
 use super::{Job, Session, MAX_JOBS};
 use crate::codel::CodelQueue;
-use crate::path::{PathId, PathView};
-use crate::policy::{parse_flow, FlowKey, Policy};
+use crate::path::{PathId, PathState, PathView};
+use crate::policy::{parse_flow, FlowKey, LinkRule, Policy};
 use crate::sched::realtime::{self, RtChoice};
 use crate::sched::split::FlowMeter;
 use crate::sched::{split, PathSet, Scheduler, Selection, MAX_PATHS};
@@ -59,8 +59,8 @@ impl Session {
             }
             return;
         }
-        if let Policy::Realtime { deadline } = policy {
-            self.send_realtime(now, packet, deadline);
+        if let Policy::Realtime { deadline, fec } = policy {
+            self.send_realtime(now, packet, deadline, fec);
             return;
         }
         // A held packet was counted when it was accepted.
@@ -74,7 +74,7 @@ impl Session {
             None => self.select(now, policy, packet.len()),
         };
         let (flags, arg) = policy.data_flags();
-        self.push_data_jobs(sel, seq, (flags, 0), arg, packet);
+        self.push_data_jobs(sel, seq, (flags, 0), (arg, policy.link_rule()), packet);
     }
 
     /// The paths a `best`, `redundant` or link-policy packet of `len` bytes goes on.
@@ -85,6 +85,7 @@ impl Session {
                 self.redundant = crate::sched::Redundant::new(copies.map(usize::from));
                 self.redundant.select(now, &views, len)
             }
+            Policy::Link(rule) => self.link_sched.select(now, rule, &views, len),
             _ => self.best.select(now, &views, len),
         };
         self.put_views(views);
@@ -92,8 +93,9 @@ impl Session {
     }
 
     /// A realtime packet: on the path `sched::realtime` picks within its deadline, or
-    /// dropped here (counted `rt_dropped_late`) if no path delivers it in time.
-    fn send_realtime(&mut self, now: Instant, packet: Arc<[u8]>, deadline: Duration) {
+    /// dropped here (counted `rt_dropped_late`) if no path delivers it in time; with `fec`,
+    /// it joins the open parity block.
+    fn send_realtime(&mut self, now: Instant, packet: Arc<[u8]>, deadline: Duration, fec: bool) {
         let views = self.take_views(now);
         let choice = realtime::select(now, &views, packet.len(), deadline);
         self.put_views(views);
@@ -104,27 +106,28 @@ impl Session {
         self.counters.tx_ip_packets += 1;
         let seq = self.next_data_seq;
         self.next_data_seq += 1;
-        let policy = Policy::Realtime { deadline };
+        let policy = Policy::Realtime { deadline, fec };
         let flags = DataFlags::new(policy.code(), false);
         let path = match &sel {
             Selection::Paths(p) if p.len() == 1 => Some(p[0]),
             _ => None,
         };
         let deadline_ms = policy.deadline_ms();
-        self.push_data_jobs(sel, seq, (flags, 0), deadline_ms, packet.clone());
-        if let Some(path) = path {
+        self.push_data_jobs(sel, seq, (flags, 0), (deadline_ms, None), packet.clone());
+        if let (Some(path), true) = (path, fec) {
             self.protect_realtime(now, seq, path, packet, deadline);
         }
     }
 
     /// Jobs sending packet `seq` on the selected paths; `order` is its flags and its
-    /// predecessor's distance (`wire::OrderMode`).
+    /// predecessor's distance (`wire::OrderMode`), then its deadline (realtime) and link
+    /// rule (link policies: what a resend must respect, `reinject.rs`).
     pub(super) fn push_data_jobs(
         &mut self,
         sel: Selection,
         seq: u64,
         (flags, pred_gap): (DataFlags, u16),
-        deadline_ms: u16,
+        (deadline_ms, link): (u16, Option<LinkRule>),
         packet: Arc<[u8]>,
     ) {
         let mut targets: PathSet = match sel {
@@ -156,6 +159,7 @@ impl Session {
                 deadline_ms,
                 packet: packet.clone(),
                 kernel_copies,
+                link,
             });
         }
     }
@@ -188,18 +192,28 @@ impl Session {
             return;
         }
         // Data of a failed path goes first (`reinject.rs`): it is older than anything queued.
-        if let Some(len) = self.reinject.front().map(|r| r.packet.len()) {
-            let views = self.take_views(now);
+        if let Some((len, link)) = self.reinject.front().map(|r| (r.packet.len(), r.link)) {
+            let mut views = self.take_views(now);
+            super::reinject::restrict(link, &mut views);
+            self.cap_release_windows(&mut views);
             let sel = self.aggregate.select(now, &views, len);
             if sel == Selection::Wait {
                 self.wait_for_pacer(now, &views, len);
             } else if let Some(r) = self.reinject.pop_front() {
                 self.pace_wake = None;
-                self.push_data_jobs(sel, r.data_seq, (r.flags, r.pred_gap), 0, r.packet);
+                self.push_data_jobs(
+                    sel,
+                    r.data_seq,
+                    (r.flags, r.pred_gap),
+                    (0, r.link),
+                    r.packet,
+                );
             }
             self.put_views(views);
             return;
         }
+        let stalled = !self.paths.iter().any(|s| s.path.state() == PathState::Up);
+        self.agg_queue.set_stalled(stalled);
         let Some(head) = self.agg_queue.head(now) else {
             // Nothing to send: whatever room the paths have is unused.
             self.set_app_limited(true);
@@ -208,6 +222,7 @@ impl Session {
         let len = head.len();
         let flow = parse_flow(head).map(|(k, _)| k);
         let mut allowed = self.take_views(now);
+        self.cap_release_windows(&mut allowed);
         if let Some(k) = &flow {
             split::retain_eligible(&mut allowed, self.flow_meter.bytes(now, k));
         }
@@ -232,7 +247,7 @@ impl Session {
         ) else {
             return;
         };
-        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), 0, s.packet);
+        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), (0, None), s.packet);
     }
 
     /// No path may send the `len`-byte packet now: the paths are busy, not idle.

@@ -11,8 +11,9 @@
 //! proved it) or when an authenticated datagram from the peer arrived on it within the
 //! detection time: on the server that is the first datagram from the client's new
 //! address, which `admit_path` has just followed. The held packets then go out at once,
-//! in order, on that one path, each when its pacer allows (so no burst overflows the
-//! link's queue), before anything newer of theirs.
+//! in order, on that one path, each when its pacer allows and within a window capped at
+//! 1.25 × the path's estimated bandwidth-delay product (so no burst overflows the link's
+//! queue: `cap_release_windows`), before anything newer of theirs.
 //!
 //! `only:<link>` packets have a queue of their own, held while that link is not live
 //! even if others are; the other packets share one queue.
@@ -23,15 +24,19 @@
 //! empty every new packet of that queue joins it (so order holds); realtime packets are
 //! never held (they would be late).
 
+use super::reinject::Reinjection;
 use super::{Job, Session};
-use crate::path::{PathId, PathState};
-use crate::policy::Policy;
+use crate::path::{PathId, PathState, PathView};
+use crate::policy::{LinkRule, Policy};
 use crate::sched::MAX_PATHS;
 use crate::wire::DataFlags;
 use crate::Instant;
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// Smallest window a path releasing a hold is capped at (`cap_release_windows`).
+const RELEASE_MIN_WINDOW: f64 = 32.0 * 1024.0;
 
 /// What a held packet still needs before it can be sent.
 #[derive(Debug, Clone, Copy)]
@@ -40,8 +45,12 @@ pub(super) enum Held {
     Fresh(Policy),
     /// A packet already numbered and sent once (lost with its path): sent again with its
     /// `data_seq`, unordered, like a reinjection (the receiver drops it if the first copy
-    /// did arrive).
-    Numbered { data_seq: u64, flags: DataFlags },
+    /// did arrive); a link policy's rule goes with it.
+    Numbered {
+        data_seq: u64,
+        flags: DataFlags,
+        link: Option<LinkRule>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -167,8 +176,9 @@ impl Store {
     fn into_fresh(mut self) -> Store {
         for (_, q) in &mut self.queues {
             for e in q.iter_mut() {
-                if let Held::Numbered { flags, .. } = e.held {
-                    e.held = Held::Fresh(Policy::from_code(flags.policy_code()));
+                if let Held::Numbered { flags, link, .. } = e.held {
+                    let code = Policy::from_code(flags.policy_code());
+                    e.held = Held::Fresh(link.map_or(code, Policy::Link));
                 }
             }
         }
@@ -180,8 +190,16 @@ impl Store {
 }
 
 /// The queue a packet of `policy` is held in.
-fn key_of(_policy: Policy) -> Option<PathId> {
-    None
+fn key_of(policy: Policy) -> Option<PathId> {
+    link_key(policy.link_rule())
+}
+
+/// The queue of a packet under link rule `link`: its own for `only:`, else the shared one.
+fn link_key(link: Option<LinkRule>) -> Option<PathId> {
+    match link {
+        Some(LinkRule::Only(l)) => Some(l),
+        _ => None,
+    }
 }
 
 impl Session {
@@ -194,6 +212,19 @@ impl Session {
             oldest_since: s.oldest().and_then(|i| s.queues[i].1.front().map(|e| e.at)),
             ..s.stats
         }
+    }
+
+    /// What each hold queue holds now: `(None, …)` the shared one, `(Some(l), …)` the one of
+    /// `only:` link `l`; packets and bytes.
+    pub fn hold_queues(&self) -> Vec<(Option<PathId>, u64, u64)> {
+        self.store
+            .queues
+            .iter()
+            .map(|(k, q)| {
+                let bytes = q.iter().map(|e| e.packet.len() as u64).sum();
+                (*k, q.len() as u64, bytes)
+            })
+            .collect()
     }
 
     /// Whether path `id` may carry data: not `Down`, or heard from within the
@@ -284,28 +315,48 @@ impl Session {
     /// The last live path died: what it had sent since its last feedback is lost, and
     /// what waits to be sent would be sent into the void. All of it is held, oldest first.
     pub(super) fn hold_everything(&mut self, now: Instant) {
-        let mut sent: Vec<(u64, DataFlags, Arc<[u8]>)> = Vec::new();
+        let mut sent: Vec<Reinjection> = Vec::new();
         for s in &mut self.paths {
-            sent.extend(s.in_flight.drain().map(|r| (r.data_seq, r.flags, r.packet)));
+            sent.extend(s.in_flight.drain());
         }
-        sent.extend(
-            self.reinject
-                .drain(..)
-                .map(|r| (r.data_seq, r.flags, r.packet)),
-        );
-        sent.sort_by_key(|(seq, _, _)| *seq);
-        sent.dedup_by_key(|(seq, _, _)| *seq);
-        let max = self.cfg.hold_max_bytes;
-        for (data_seq, flags, packet) in sent {
-            let e = Entry {
-                at: now,
-                held: Held::Numbered { data_seq, flags },
-                packet,
-            };
-            self.store.push(None, e, max);
-        }
+        sent.extend(self.reinject.drain(..));
+        self.hold_sent(now, sent);
         while let Some(packet) = self.agg_queue.take() {
             self.hold(now, Policy::Aggregate, packet);
+        }
+    }
+
+    /// Path `id` went `Down`: if no path is live any more, everything is held; else its
+    /// unacknowledged `only:` data (which no other link may carry) is.
+    pub(super) fn on_path_down(&mut self, now: Instant, id: PathId) {
+        if !self.any_live(now) {
+            self.hold_everything(now);
+            return;
+        }
+        let Some(slot) = self.paths.iter_mut().find(|s| s.path.id() == id) else {
+            return;
+        };
+        let only = slot.in_flight.take_only();
+        self.hold_sent(now, only);
+    }
+
+    /// Holds packets already sent (lost with their path), ordered by `data_seq`, each in
+    /// its queue.
+    fn hold_sent(&mut self, now: Instant, mut sent: Vec<Reinjection>) {
+        sent.sort_by_key(|r| r.data_seq);
+        sent.dedup_by_key(|r| r.data_seq);
+        let max = self.cfg.hold_max_bytes;
+        for r in sent {
+            let e = Entry {
+                at: now,
+                held: Held::Numbered {
+                    data_seq: r.data_seq,
+                    flags: r.flags,
+                    link: r.link,
+                },
+                packet: r.packet,
+            };
+            self.store.push(link_key(r.link), e, max);
         }
     }
 
@@ -367,7 +418,11 @@ impl Session {
             match e.held {
                 Held::Fresh(Policy::Aggregate) => self.stripe_on(now, e.packet, path),
                 Held::Fresh(policy) => self.send_now(now, e.packet, policy, Some(path)),
-                Held::Numbered { data_seq, flags } => self.jobs.push_back(Job::Data {
+                Held::Numbered {
+                    data_seq,
+                    flags,
+                    link,
+                } => self.jobs.push_back(Job::Data {
                     path,
                     seq: data_seq,
                     flags: DataFlags::new(flags.policy_code(), false),
@@ -376,9 +431,29 @@ impl Session {
                     // A held packet goes out once, on the path that came back.
                     kernel_copies: false,
                     packet: e.packet,
+                    link,
                 }),
             }
             return true;
+        }
+    }
+
+    /// While held packets are being released, caps each path's window in `views` at
+    /// 1.25 × its estimated bandwidth-delay product (at least 32 KiB, the smallest
+    /// window), so a hold ramps up as probing does: a path still in startup paces at
+    /// twice its estimate, which after an outage is stale (the client may be on another
+    /// network), and fed a whole hold at that pace a 60 ms link with 100 ms of drop-tail
+    /// queue lost 15 datagrams a direction, whose repairs landed after the receiver's
+    /// reorder buffer had given up on them (3–10 packets out of order). The cap keeps
+    /// the queue a hold builds within a quarter of a round trip.
+    pub(super) fn cap_release_windows(&self, views: &mut [PathView]) {
+        if self.store.releasing.is_none() {
+            return;
+        }
+        for v in views {
+            let bdp = v.bandwidth_bps * v.min_rtt.as_secs_f64();
+            let cap = (1.25 * bdp).max(RELEASE_MIN_WINDOW) as u64;
+            v.cwnd_bytes = v.cwnd_bytes.min(cap);
         }
     }
 
@@ -405,13 +480,13 @@ impl Session {
             self.cfg.flow_order,
         );
         let sel = crate::sched::one(path);
-        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), 0, s.packet);
+        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), (0, None), s.packet);
     }
 
     /// Whether `path`'s pacer (and window, once the path is proven) lets `len` bytes go
     /// now; if only the pacer is closed, the store wakes when it opens.
     fn path_may_send(&mut self, now: Instant, path: PathId, len: usize) -> bool {
-        let Some(v) = self
+        let Some(mut v) = self
             .paths
             .iter()
             .take(MAX_PATHS)
@@ -420,6 +495,7 @@ impl Session {
         else {
             return false;
         };
+        self.cap_release_windows(core::slice::from_mut(&mut v));
         if v.ready_at > now {
             let w = self.store.wake.map_or(v.ready_at, |w| w.min(v.ready_at));
             self.store.wake = Some(w);

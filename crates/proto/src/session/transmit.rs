@@ -11,7 +11,7 @@ use crate::crypto::TAG_LEN;
 use crate::fec::ParityBlock;
 use crate::header_compress::{self, Encoding};
 use crate::path::{Path, PathId, SentKind};
-use crate::policy::parse_flow;
+use crate::policy::{parse_flow, LinkRule};
 use crate::wire::{
     outer, AckFrame, DataFlags, DataFrame, FecFrame, FrameWriter, InnerHeader, NackFrame,
     OrderMode, PairFrame, DATA_HEADER_LEN, PRED_GAP_LEN,
@@ -45,6 +45,8 @@ pub(super) enum Job {
         packet: Arc<[u8]>,
         /// Sealed once for the kernel to copy onto the other links.
         kernel_copies: bool,
+        /// A link policy's rule: where it may be sent again (`reinject.rs`).
+        link: Option<LinkRule>,
     },
     /// Feedback only.
     Ack { path: PathId },
@@ -132,6 +134,9 @@ impl Session {
         .ok()?;
         let room = frames_room.saturating_sub(plan.frame_len);
         let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
+        // The stated policy and its acknowledgement ride where there is room.
+        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
+        self.write_stated(now, &mut w, left)?;
         match job {
             Job::Data {
                 seq,
@@ -331,11 +336,14 @@ impl Session {
         };
         let slot = &mut self.paths[idx];
         let path_seq = slot.path.on_sent(now, total, kind);
-        if let Job::Data { seq, packet, .. } = job {
-            slot.in_flight.on_sent(path_seq, *seq, order, packet);
+        if let Job::Data {
+            seq, packet, link, ..
+        } = job
+        {
+            slot.in_flight.on_sent(path_seq, *seq, order, *link, packet);
             for r in self.riders.drain(..) {
                 slot.in_flight
-                    .on_sent(path_seq, r.seq, (r.flags, r.pred_gap), &r.packet);
+                    .on_sent(path_seq, r.seq, (r.flags, r.pred_gap), None, &r.packet);
             }
         }
         InnerHeader {

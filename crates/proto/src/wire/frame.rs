@@ -23,6 +23,7 @@
 //!               k × (seq_delta u16 | ago_ms u16) | len u16 | len bytes — parity shard
 //!               `index` (0..m) of a Reed-Solomon block over the k realtime packets
 //!               `first_seq + seq_delta` (`fec/`), each sent `ago_ms` before this datagram
+//! POLICY (0x0A), POLICY_ACK (0x0B): the client's stated policy (`stated.rs`)
 //! ```
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
@@ -241,6 +242,10 @@ pub enum Frame<'a> {
     Nack(NackFrame),
     /// A parity shard of realtime packets.
     Fec(FecFrame<'a>),
+    /// The client's stated policy (`wire/stated.rs`).
+    Policy(super::stated::PolicyFrame<'a>),
+    /// The server applies the statement of this epoch.
+    PolicyAck(u32),
 }
 
 /// Iterates over the frames of a decrypted payload.
@@ -331,7 +336,7 @@ impl<'a> FrameReader<'a> {
         })
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.rest.len() < n {
             let have = self.rest.len();
             self.rest = &[];
@@ -389,6 +394,10 @@ impl<'a> Iterator for FrameReader<'a> {
                 })
             }),
             0x09 => self.fec().map(Frame::Fec),
+            0x0A => self.policy().map(Frame::Policy),
+            0x0B => self
+                .take(4)
+                .map(|e| Frame::PolicyAck(u32::from_be_bytes([e[0], e[1], e[2], e[3]]))),
             other => {
                 self.rest = &[];
                 Err(WireError::UnknownFrame(other))
@@ -424,7 +433,7 @@ impl<'a> FrameWriter<'a> {
         self.buf.len() - self.len
     }
 
-    fn put(&mut self, bytes: &[u8]) -> Result<(), WireError> {
+    pub(super) fn put(&mut self, bytes: &[u8]) -> Result<(), WireError> {
         let end = self.len + bytes.len();
         self.buf
             .get_mut(self.len..end)

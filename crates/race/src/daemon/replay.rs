@@ -19,6 +19,8 @@ use anyhow::{bail, Context, Result};
 use multihome_proto::Instant;
 use serde::Deserialize;
 use serde_json::json;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{BufRead, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -55,7 +57,7 @@ fn replay_object(
     let Ok(mut race) = gw.begin(start, dst, None) else {
         unreachable!("replay releases every connection before the next");
     };
-    let mut events: Vec<(Instant, UplinkId, bool)> = links
+    let events: Vec<(Instant, UplinkId, bool)> = links
         .iter()
         .enumerate()
         .filter_map(|(i, l)| {
@@ -68,16 +70,25 @@ fn replay_object(
             Some((at(t + c), UplinkId(i as u8), ok))
         })
         .collect();
-    events.sort_by_key(|e| e.0);
-    let mut events = events.into_iter().peekable();
+    // Earliest first; a timeout due at the same instant as a completion goes first.
+    let mut events: BinaryHeap<Reverse<(Instant, UplinkId, bool)>> =
+        events.into_iter().map(Reverse).collect();
     while race.outcome().is_none() {
         while race.poll_action().is_some() {}
-        let next_ev = events.peek().map(|e| e.0);
+        let next_ev = events.peek().map(|e| e.0 .0);
         match (next_ev, race.poll_timeout()) {
-            (Some(e), Some(d)) if d < e => race.handle_timeout(d),
+            (Some(e), Some(d)) if d <= e => race.handle_timeout(d),
             (Some(_), _) => {
-                let (when, u, ok) = events.next().expect("peeked");
-                deliver(&mut race, when, u, ok);
+                let Reverse((when, u, ok)) = events.pop().expect("peeked");
+                match race.state(u) {
+                    // A staggered attempt not started yet: the recorded handshake (made from
+                    // the object's start) is moved to count from the attempt's own start.
+                    // Dropping it instead left the backup never connecting in the replay.
+                    Some(AttemptState::Planned(s)) => {
+                        events.push(Reverse((s + when.saturating_since(start), u, ok)))
+                    }
+                    _ => deliver(&mut race, when, u, ok),
+                }
             }
             (None, Some(d)) => race.handle_timeout(d),
             (None, None) => break,
@@ -206,6 +217,32 @@ mod tests {
             link("refused", Some(0.03), None),
         ];
         assert_eq!(replay_object(&mut g, 12.0, &links).2, Outcome::Refused);
+    }
+
+    #[test]
+    fn a_staggered_attempt_connects_after_its_own_start() {
+        // After a few objects where uplink 0 is the faster, stagger starts it first and
+        // uplink 1 250 ms later. Then uplink 0 is blackholed; uplink 1's recorded handshake
+        // took 30 ms from the object's start, so from its own start it completes at
+        // 250 + 30 ms. (The replay had dropped that completion as arriving before the
+        // attempt started: nothing connected.)
+        let mut g = gw(PredictorConfig::Stagger {
+            delay: Duration::from_millis(250),
+        });
+        for t in 1..4 {
+            let links = [
+                link("ok", Some(0.01), Some(0.1)),
+                link("ok", Some(0.05), Some(0.1)),
+            ];
+            assert_eq!(replay_object(&mut g, t as f64, &links).0, Some(UplinkId(0)));
+        }
+        let links = [
+            link("timeout", None, None),
+            link("ok", Some(0.03), Some(0.5)),
+        ];
+        let (u, s, _) = replay_object(&mut g, 10.0, &links);
+        assert_eq!(u, Some(UplinkId(1)));
+        assert!((s.unwrap() - (0.25 + 0.5)).abs() < 1e-3, "{s:?}");
     }
 
     #[test]

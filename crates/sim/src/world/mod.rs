@@ -431,9 +431,11 @@ impl World {
     /// for a direction carrying header-compressed pure TCP ACKs (64-byte datagrams, below
     /// the bound): trace the data direction of TCP flows.
     fn tag(&mut self, c: u32, dir: usize, bytes: &[u8]) -> Option<(u64, u32)> {
-        // Data datagrams start with type 3; with at least one DATA frame (12 bytes + an
-        // IP packet of 20 or more) they are longer than any ACK/PING/CLOSE-only one (67).
-        if !self.trace || bytes.first() != Some(&3) || bytes.len() <= 67 {
+        // Data datagrams start with type 3; with at least one DATA frame (12 bytes + a
+        // UDP or TCP packet of 28 or more: 80 in all) they are longer than any datagram
+        // of only ACK/PING/CLOSE (67), and than one that also carries an empty stated
+        // policy or its acknowledgement (76, `wire::stated`).
+        if !self.trace || bytes.first() != Some(&3) || bytes.len() <= 76 {
             return None;
         }
         let n = &mut self.clients[c as usize].next_tag[dir];

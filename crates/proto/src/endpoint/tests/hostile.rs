@@ -304,3 +304,65 @@ fn extreme_sequence_numbers_from_an_authenticated_peer() {
     assert_eq!(numbers(&p.delivered_up).len(), 50 + twice);
     assert_eq!(p.server_session().counters().rx_duplicates, dup0 + 50);
 }
+
+/// An authenticated peer's statements (`session/stated.rs`): one beyond the bounds (33
+/// rules) or with a link id no session can have is refused whole and counted, the one
+/// in force stays; a valid newer one replaces it; an older one never does.
+#[test]
+fn a_stated_policy_beyond_the_bounds_is_refused_whole() {
+    use crate::wire::stated::{PolicyFrame, MAX_STATED_RULES, RULE_LEN};
+    use crate::wire::{FrameWriter, InnerHeader};
+    let mut p = Pair::new(vec![Link::new(10, None)], Policy::Aggregate, None, 64);
+    p.establish();
+    p.run_until(p.now + Duration::from_millis(300));
+    assert_eq!(p.server_session().stated_policy().map(|(e, _)| e), Some(1));
+    let mut counter = p
+        .client
+        .session()
+        .keys
+        .current
+        .as_ref()
+        .unwrap()
+        .seal
+        .counter()
+        + 1000;
+    let mut send = |p: &mut Pair, epoch: u32, default: (u8, u16), rules: &[u8]| {
+        let mut plain = vec![0u8; 600];
+        let mut w = FrameWriter::new(&mut plain);
+        w.inner_header(InnerHeader {
+            path_seq: 0,
+            send_time_us: 0,
+        })
+        .unwrap();
+        w.policy(&PolicyFrame {
+            epoch,
+            default,
+            rules,
+        })
+        .unwrap();
+        let n = w.len();
+        counter += 1;
+        let d = forge_as_client(p, counter, &plain[..n]);
+        let from = p.client_addrs[0];
+        p.inject(p.now, from, d);
+        p.run_until(p.now + Duration::from_millis(1));
+    };
+    let malformed = p.server_session().counters().rx_malformed;
+    let too_many = vec![0u8; (MAX_STATED_RULES + 1) * RULE_LEN];
+    send(&mut p, 5, (0, 0), &too_many);
+    send(&mut p, 6, (4, 16), &[]);
+    let s = p.server_session();
+    assert_eq!(s.stated_stats().refused, 2);
+    assert_eq!(s.counters().rx_malformed, malformed + 2);
+    assert_eq!(
+        s.stated_policy().map(|(e, c)| (e, c.default)),
+        Some((1, Policy::Aggregate))
+    );
+    send(&mut p, 7, (0, 0), &[]);
+    send(&mut p, 3, (2, 0), &[]);
+    let s = p.server_session();
+    assert_eq!(
+        s.stated_policy().map(|(e, c)| (e, c.default)),
+        Some((7, Policy::Best))
+    );
+}

@@ -13,10 +13,13 @@ mod dynamics;
 mod failover;
 mod hostile;
 mod lifecycle;
+mod links;
 mod mobility;
 mod realtime;
+mod realtime_video;
 mod redundant;
 mod reordering;
+mod stated;
 mod throughput;
 
 use super::*;

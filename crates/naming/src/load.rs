@@ -1,0 +1,359 @@
+//! A load generator for a resolver (`multihome naming-load`, used by `lab.bench naming`).
+//!
+//! Role: fills a resolver's store with `records` identity records (keys derived from their
+//! index, so runs are repeatable), then for `seconds` publishes updates at `rate` per
+//! second (each a new sequence number of a random record) and looks up random names at
+//! `lookup_rate`, timing every request from send to answer. At the end it looks up every
+//! record and compares its sequence number with the last one the resolver acknowledged:
+//! a record missing or older is *lost*. Prints one JSON document.
+//!
+//! Open loop: requests go out on schedule whether or not earlier ones were answered, so a
+//! slow store shows as latency and timeouts, not as a lower offered rate.
+
+use crate::message::{Request, Response, Status};
+use crate::record::{Body, IdentityBody, Kind, LinkAddr, Record};
+use crate::service::unix_ms;
+use crate::signed::SignedRecord;
+use multihome_proto::crypto::{PublicKey, SessionId, StaticSecret};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// The resolver.
+    pub resolver: SocketAddr,
+    /// Records stored before timing starts.
+    pub records: u32,
+    /// Updates per second while timing.
+    pub rate: u32,
+    /// Lookups per second while timing.
+    pub lookup_rate: u32,
+    /// Length of the timed phase.
+    pub seconds: u32,
+    /// Lease of every record (ms).
+    pub lease_ms: u64,
+    /// A request unanswered this long is a timeout.
+    pub timeout: Duration,
+}
+
+/// The deterministic key of record `i`.
+pub fn key_of(i: u32) -> StaticSecret {
+    let mut b = [0x5au8; 32];
+    b[1..5].copy_from_slice(&i.to_le_bytes());
+    StaticSecret::from_bytes(b)
+}
+
+fn record(sk: &StaticSecret, pk: PublicKey, seq: u64, lease_ms: u64) -> Vec<u8> {
+    let r = Record {
+        key: pk,
+        seq,
+        expires_ms: unix_ms() + lease_ms,
+        body: Body::Identity(IdentityBody {
+            server: None,
+            policy: 0,
+            links: vec![LinkAddr {
+                name: "wan".into(),
+                addr: SocketAddr::from(([192, 0, 2, (seq % 250) as u8], 4000)),
+            }],
+        }),
+    };
+    SignedRecord::sign(r, sk)
+        .expect("within limits")
+        .bytes()
+        .to_vec()
+}
+
+struct Pending {
+    sent: Instant,
+    op: u8,
+    index: u32,
+    seq: u64,
+}
+
+/// Latencies (µs) of one kind of request and what went wrong.
+#[derive(Debug, Default)]
+struct Series {
+    us: Vec<u64>,
+    timeouts: u64,
+    refused: u64,
+}
+
+impl Series {
+    fn json(&mut self) -> String {
+        self.us.sort_unstable();
+        let q = |p: f64| -> f64 {
+            if self.us.is_empty() {
+                return -1.0;
+            }
+            let i = ((self.us.len() as f64 - 1.0) * p).round() as usize;
+            self.us[i] as f64 / 1000.0
+        };
+        format!(
+            "{{\"n\": {}, \"p50_ms\": {:.3}, \"p95_ms\": {:.3}, \"p99_ms\": {:.3}, \"max_ms\": {:.3}, \"timeouts\": {}, \"refused\": {}}}",
+            self.us.len(),
+            q(0.5),
+            q(0.95),
+            q(0.99),
+            q(1.0),
+            self.timeouts,
+            self.refused
+        )
+    }
+}
+
+/// The client side of the run: one socket, requests in flight by id.
+struct Load {
+    sock: Rc<UdpSocket>,
+    cfg: LoadConfig,
+    keys: Vec<(StaticSecret, PublicKey)>,
+    /// Last sequence number per record sent, and last acknowledged.
+    seq: Vec<u64>,
+    acked: Vec<u64>,
+    pending: HashMap<u32, Pending>,
+    next_id: u32,
+    publish: Series,
+    lookup: Series,
+}
+
+impl Load {
+    async fn send_publish(&mut self, i: u32) {
+        let (sk, pk) = &self.keys[i as usize];
+        let seq = self.seq[i as usize] + 1;
+        self.seq[i as usize] = seq;
+        let bytes = record(sk, *pk, seq, self.cfg.lease_ms);
+        self.send(Request::Publish(bytes), 3, i, seq).await;
+    }
+
+    async fn send_lookup(&mut self, i: u32) {
+        let name = self.keys[i as usize].1.session_id();
+        let req = Request::Lookup {
+            kind: Kind::Identity,
+            name,
+        };
+        self.send(req, 1, i, 0).await;
+    }
+
+    async fn send(&mut self, req: Request, op: u8, index: u32, seq: u64) {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let p = Pending {
+            sent: Instant::now(),
+            op,
+            index,
+            seq,
+        };
+        self.pending.insert(id, p);
+        let _ = self.sock.send_to(&req.encode(id), self.cfg.resolver).await;
+    }
+
+    /// Takes an answer; returns the looked-up sequence number for verification.
+    fn on_answer(&mut self, bytes: &[u8], timed: bool) -> Option<(u32, Option<u64>)> {
+        let r = Response::parse(bytes)?;
+        let p = self.pending.remove(&r.id)?;
+        let us = p.sent.elapsed().as_micros() as u64;
+        let series = if p.op == 3 {
+            &mut self.publish
+        } else {
+            &mut self.lookup
+        };
+        match r.status {
+            Status::Ok | Status::NotFound if timed => series.us.push(us),
+            Status::Refused(_) => series.refused += 1,
+            _ => {}
+        }
+        if p.op == 3 && r.status == Status::Ok {
+            let a = &mut self.acked[p.index as usize];
+            *a = (*a).max(p.seq);
+        }
+        let seq = r
+            .records
+            .first()
+            .and_then(|b| crate::signed::verify(b).ok())
+            .map(|rec| rec.seq);
+        // Only a definite answer counts (an unavailable store is asked again).
+        let definite = matches!(r.status, Status::Ok | Status::NotFound);
+        (p.op == 1 && definite).then_some((p.index, seq))
+    }
+
+    fn expire(&mut self, timed: bool) {
+        let limit = self.cfg.timeout;
+        let (publish, lookup) = (&mut self.publish, &mut self.lookup);
+        self.pending.retain(|_, p| {
+            let keep = p.sent.elapsed() < limit;
+            if !keep && timed {
+                if p.op == 3 {
+                    publish.timeouts += 1;
+                } else {
+                    lookup.timeouts += 1;
+                }
+            }
+            keep
+        });
+    }
+}
+
+/// Runs the whole load and returns the JSON document.
+pub async fn run(cfg: LoadConfig) -> std::io::Result<String> {
+    let local: SocketAddr = if cfg.resolver.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let sock = Rc::new(UdpSocket::bind(local).await?);
+    let keys: Vec<_> = (0..cfg.records)
+        .map(|i| {
+            let sk = key_of(i);
+            let pk = sk.public_key();
+            (sk, pk)
+        })
+        .collect();
+    let base = unix_ms();
+    let n = cfg.records as usize;
+    let mut l = Load {
+        sock: sock.clone(),
+        cfg: cfg.clone(),
+        keys,
+        seq: vec![base; n],
+        acked: vec![0; n],
+        pending: HashMap::new(),
+        next_id: 1,
+        publish: Series::default(),
+        lookup: Series::default(),
+    };
+    let mut buf = vec![0u8; 2048];
+    let fill_start = Instant::now();
+    fill(&mut l, &sock, &mut buf).await;
+    let fill_s = fill_start.elapsed().as_secs_f64();
+    // The benchmark waits for this line to time events within the timed phase.
+    eprintln!(
+        "naming-load: filled {} records in {fill_s:.1} s",
+        cfg.records
+    );
+    timed(&mut l, &sock, &mut buf).await;
+    let (missing, stale, unanswered) = verify_all(&mut l, &sock, &mut buf).await;
+    Ok(format!(
+        "{{\"records\": {}, \"rate\": {}, \"lookup_rate\": {}, \"seconds\": {}, \"fill_s\": {:.2}, \"publish\": {}, \"lookup\": {}, \"verify\": {{\"missing\": {}, \"stale\": {}, \"unanswered\": {}}}}}",
+        cfg.records, cfg.rate, cfg.lookup_rate, cfg.seconds, fill_s,
+        l.publish.json(), l.lookup.json(), missing, stale, unanswered
+    ))
+}
+
+/// Publishes every record once, at most 64 in flight.
+async fn fill(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
+    let mut i = 0;
+    while i < l.cfg.records || !l.pending.is_empty() {
+        while i < l.cfg.records && l.pending.len() < 64 {
+            l.send_publish(i).await;
+            i += 1;
+        }
+        match tokio::time::timeout(Duration::from_millis(50), sock.recv_from(buf)).await {
+            Ok(Ok((len, _))) => {
+                let b = buf[..len].to_vec();
+                l.on_answer(&b, false);
+            }
+            _ => l.expire(false),
+        }
+    }
+}
+
+/// The timed phase: updates and lookups on schedule (open loop).
+async fn timed(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
+    let start = tokio::time::Instant::now();
+    let end = start + Duration::from_secs(u64::from(l.cfg.seconds));
+    let every = |r: u32| Duration::from_secs_f64(1.0 / f64::from(r.max(1)));
+    let (mut next_pub, mut next_look) = (start, start);
+    // A small deterministic generator picks which record (xorshift).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut pick = move |n: u32| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % u64::from(n)) as u32
+    };
+    while tokio::time::Instant::now() < end {
+        let wake = next_pub.min(next_look);
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {
+                let now = tokio::time::Instant::now();
+                while next_pub <= now && l.cfg.rate > 0 {
+                    l.send_publish(pick(l.cfg.records)).await;
+                    next_pub += every(l.cfg.rate);
+                }
+                while next_look <= now && l.cfg.lookup_rate > 0 {
+                    l.send_lookup(pick(l.cfg.records)).await;
+                    next_look += every(l.cfg.lookup_rate);
+                }
+                if l.cfg.rate == 0 { next_pub = end; }
+                if l.cfg.lookup_rate == 0 { next_look = end; }
+                l.expire(true);
+            }
+            r = sock.recv_from(buf) => {
+                if let Ok((len, _)) = r {
+                    let b = buf[..len].to_vec();
+                    l.on_answer(&b, true);
+                }
+            }
+        }
+    }
+    // Answers still on their way.
+    let drain = tokio::time::Instant::now() + l.cfg.timeout;
+    while !l.pending.is_empty() {
+        match tokio::time::timeout_at(drain, sock.recv_from(buf)).await {
+            Ok(Ok((len, _))) => {
+                let b = buf[..len].to_vec();
+                l.on_answer(&b, true);
+            }
+            _ => break,
+        }
+    }
+    l.expire(true);
+    l.pending.clear();
+}
+
+/// Looks every record up (64 in flight, three tries each): records acknowledged but not
+/// found, found older than acknowledged, and never answered (store unreachable).
+async fn verify_all(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) -> (u64, u64, u64) {
+    let n = l.cfg.records;
+    let mut result: Vec<Option<Option<u64>>> = vec![None; n as usize];
+    for _try in 0..3 {
+        let todo: Vec<u32> = (0..n).filter(|&i| result[i as usize].is_none()).collect();
+        let mut it = todo.into_iter().peekable();
+        while it.peek().is_some() || !l.pending.is_empty() {
+            while l.pending.len() < 64 {
+                let Some(i) = it.next() else { break };
+                l.send_lookup(i).await;
+            }
+            match tokio::time::timeout(Duration::from_millis(200), sock.recv_from(buf)).await {
+                Ok(Ok((len, _))) => {
+                    let b = buf[..len].to_vec();
+                    if let Some((i, seq)) = l.on_answer(&b, false) {
+                        result[i as usize] = Some(seq);
+                    }
+                }
+                _ => l.expire(false),
+            }
+        }
+    }
+    // Only records the resolver acknowledged count: one whose every publish timed out
+    // was never promised to be stored.
+    let (mut missing, mut stale, mut unanswered) = (0, 0, 0);
+    for (i, r) in result.iter().enumerate() {
+        match r {
+            _ if l.acked[i] == 0 => {}
+            None => unanswered += 1,
+            Some(None) => missing += 1,
+            Some(Some(seq)) if *seq < l.acked[i] => stale += 1,
+            _ => {}
+        }
+    }
+    (missing, stale, unanswered)
+}
+
+/// The name of record `i` (for `multihome resolve` against a loaded store).
+pub fn name_of(i: u32) -> SessionId {
+    key_of(i).public_key().session_id()
+}
