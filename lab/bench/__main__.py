@@ -67,7 +67,8 @@ def main() -> int:
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
         "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
         "these cases or trace pairs by name; detours: "
-        "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay)",
+        "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
+        "ranges 100-300 300-500 and the cross-check point fixed-400",
     )
     parser.add_argument(
         "--scheduler",
