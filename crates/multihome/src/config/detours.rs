@@ -30,6 +30,45 @@ pub struct RelaySettings {
     pub mode: Mode,
 }
 
+/// Refuses more than [`MAX_RELAYS`] `[[relay]]` sections (`help` says what to do).
+pub(super) fn check_relay_count(
+    src: &Source<'_>,
+    relays: &[Spanned<RelaySection>],
+    help: &str,
+) -> Result<(), ConfigError> {
+    match relays.get(MAX_RELAYS) {
+        Some(extra) => Err(src.err(
+            extra.span().start,
+            format!("more than {MAX_RELAYS} [[relay]] sections"),
+            help.to_string(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A `[[relay]]`'s name (its address when unnamed) and address, refused when a relay
+/// already `seen` has either.
+pub(super) fn relay_name_address<'a>(
+    src: &Source<'_>,
+    r: &Spanned<RelaySection>,
+    mut seen: impl Iterator<Item = (&'a str, SocketAddr)>,
+) -> Result<(String, SocketAddr), ConfigError> {
+    let address = parse_addr(src, &r.get_ref().address, "relay address")?;
+    let name = r
+        .get_ref()
+        .name
+        .clone()
+        .unwrap_or_else(|| address.to_string());
+    if seen.any(|(n, a)| n == name || a == address) {
+        return Err(src.err(
+            r.span().start,
+            format!("relay `{name}` ({address}) is listed twice"),
+            "give each [[relay]] its own name and address",
+        ));
+    }
+    Ok((name, address))
+}
+
 /// Validates the relays and `detours` (links: how many `[[link]]`s there are).
 pub(super) fn parse(
     src: &Source<'_>,
@@ -37,26 +76,16 @@ pub(super) fn parse(
     detours: Option<&Spanned<u32>>,
     links: usize,
 ) -> Result<(Vec<RelaySettings>, usize), ConfigError> {
-    if relays.len() > MAX_RELAYS {
-        return Err(src.err(
-            relays[MAX_RELAYS].span().start,
-            format!("more than {MAX_RELAYS} [[relay]] sections"),
-            "keep the relays with the best routes; each is probed on every link",
-        ));
-    }
+    check_relay_count(
+        src,
+        relays,
+        "keep the relays with the best routes; each is probed on every link",
+    )?;
     let mut out: Vec<RelaySettings> = Vec::new();
     for r in relays {
-        let at = r.span().start;
+        let seen = out.iter().map(|x| (x.name.as_str(), x.address));
+        let (name, address) = relay_name_address(src, r, seen)?;
         let r = r.get_ref();
-        let address = parse_addr(src, &r.address, "relay address")?;
-        let name = r.name.clone().unwrap_or_else(|| address.to_string());
-        if out.iter().any(|x| x.name == name || x.address == address) {
-            return Err(src.err(
-                at,
-                format!("relay `{name}` ({address}) is listed twice"),
-                "give each [[relay]] its own name and address",
-            ));
-        }
         let mode = match r
             .mode
             .as_ref()

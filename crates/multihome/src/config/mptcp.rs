@@ -4,8 +4,8 @@
 //! Invariants: unknown keys are errors; every error names the line and the fix; relays have
 //! distinct names and addresses (at most `MAX_RELAYS`); durations are within sane bounds.
 
-use super::client::{parse_addr, parse_key};
-use super::detours::MAX_RELAYS;
+use super::client::parse_key;
+use super::detours::{check_relay_count, relay_name_address};
 use super::raw::RelaySection;
 use super::{read_file, read_private_key, relative_to, ConfigError, Source};
 use ipnet::IpNet;
@@ -173,17 +173,10 @@ fn relays(src: &Source<'_>, list: &[Spanned<RelaySection>]) -> Result<Vec<RelayS
             "add a [[relay]] with address and public_key (the relay's `listen` and key)",
         ));
     }
-    if list.len() > MAX_RELAYS {
-        return Err(src.err(
-            list[MAX_RELAYS].span().start,
-            format!("more than {MAX_RELAYS} [[relay]] sections"),
-            "keep the relays with the best routes",
-        ));
-    }
+    check_relay_count(src, list, "keep the relays with the best routes")?;
     let mut out: Vec<RelaySpec> = Vec::new();
-    for r in list {
-        let at = r.span().start;
-        let r = r.get_ref();
+    for spanned in list {
+        let r = spanned.get_ref();
         if let Some(m) = r.mode.as_ref().filter(|m| m.get_ref() != "nat") {
             return Err(src.err(
                 m.span().start,
@@ -191,15 +184,8 @@ fn relays(src: &Source<'_>, list: &[Spanned<RelaySection>]) -> Result<Vec<RelayS
                 "remove `mode` (subflows always use the relay's kernel NAT)",
             ));
         }
-        let address = parse_addr(src, &r.address, "relay address")?;
-        let name = r.name.clone().unwrap_or_else(|| address.to_string());
-        if out.iter().any(|x| x.name == name || x.address == address) {
-            return Err(src.err(
-                at,
-                format!("relay `{name}` ({address}) is listed twice"),
-                "give each [[relay]] its own name and address",
-            ));
-        }
+        let seen = out.iter().map(|x| (x.name.as_str(), x.address));
+        let (name, address) = relay_name_address(src, spanned, seen)?;
         out.push(RelaySpec {
             name,
             address,
