@@ -217,6 +217,17 @@ fn naming_line(n: &Value) -> String {
     )
 }
 
+/// The control socket `status` and `reload` use without `--socket`: the client's if it
+/// exists, else the server's.
+pub fn default_socket() -> PathBuf {
+    let c = PathBuf::from(crate::config::client_default_socket());
+    if c.exists() {
+        c
+    } else {
+        PathBuf::from(crate::config::server_default_socket())
+    }
+}
+
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -233,15 +244,7 @@ pub fn fetch(socket: &PathBuf) -> Result<Value> {
 
 /// `multihome status`.
 pub fn query(socket: Option<PathBuf>, as_json: bool) -> Result<()> {
-    let socket = socket.unwrap_or_else(|| {
-        let c = PathBuf::from(crate::config::client_default_socket());
-        if c.exists() {
-            c
-        } else {
-            PathBuf::from(crate::config::server_default_socket())
-        }
-    });
-    let v = fetch(&socket)?;
+    let v = fetch(&socket.unwrap_or_else(default_socket))?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());

@@ -18,6 +18,7 @@
 //! reused for every packet), as the endpoints' own does.
 
 use super::detours::Detours;
+use crate::config::client::LinkSettings;
 use multihome_proto::endpoint::{Client, Server};
 use multihome_proto::path::PathId;
 use multihome_proto::Instant;
@@ -74,6 +75,10 @@ pub struct ClientCore {
     detours: Option<Detours>,
     /// The naming watch's status (`daemon/naming.rs`), shown under `naming`.
     pub naming: Option<serde_json::Value>,
+    /// Links removed by a reload: their paths stay in the session (down), as a detour's
+    /// do, so a later link given the same id goes on in step with the server; status
+    /// leaves them out.
+    retired: Vec<PathId>,
 }
 
 impl ClientCore {
@@ -86,7 +91,30 @@ impl ClientCore {
             was_established: false,
             detours: None,
             naming: None,
+            retired: Vec::new(),
         }
+    }
+
+    /// Adds link `l` or moves it to its (new) server (a reload), usable or not; `slots` is
+    /// the number of link sockets now (the copy sockets' numbers follow them).
+    pub fn set_link(&mut self, now: Instant, l: &LinkSettings, usable: bool, slots: usize) {
+        let i = l.id.0 as usize;
+        if self.link_names.len() <= i {
+            self.link_names.resize(i + 1, String::new());
+        }
+        self.link_names[i] = l.name.clone();
+        self.n_links = slots;
+        self.retired.retain(|r| *r != l.id);
+        self.client.add_link(now, l.id, l.server);
+        self.client.set_link_cost(l.id, l.cost);
+        self.set_link_up(now, l.id, usable);
+    }
+
+    /// Takes link `id` out of use for good (a reload removed it): its path goes down, so
+    /// what it held is sent again over the others.
+    pub fn retire_link(&mut self, now: Instant, id: PathId) {
+        self.set_link_up(now, id, false);
+        self.retired.push(id);
     }
 
     /// Uses detour paths through relays, as `detours` decides.
@@ -172,6 +200,12 @@ impl Core for ClientCore {
 
     fn status(&self) -> serde_json::Value {
         let mut v = crate::status::client_status(&self.client, &self.link_names);
+        if let Some(links) = v["sessions"][0]["links"].as_array_mut() {
+            links.retain(|l| {
+                let id = l["id"].as_u64().unwrap_or(u64::MAX);
+                !self.retired.iter().any(|r| u64::from(r.0) == id)
+            });
+        }
         if let Some(d) = &self.detours {
             v["detours"] = d.status();
         }
