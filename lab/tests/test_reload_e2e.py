@@ -107,3 +107,68 @@ def test_reload_adds_and_removes_links_without_a_drop(lab, multihome_bin) -> Non
     session = topo.session("client")
     assert session is not None and session["session_id"] == before["session_id"]
     assert topo.daemons["client"].alive()
+
+
+def test_server_reload_changes_peers_without_a_drop(lab, multihome_bin) -> None:
+    """The server renames its peer, adds another and changes default_policy during a transfer
+    (``multihome reload --config``, as the systemd unit's ExecReload does): the transfer is
+    intact and the session the same. The peer removed by SIGHUP is cut off at once; listed
+    again, its client is let back in (it handshakes anew) and traffic flows again."""
+    specs = [LinkSpec("fast", rate_mbit=RATE), LinkSpec("slow", rate_mbit=RATE)]
+    topo = Topology(lab, specs, policy="aggregate", binary=multihome_bin)
+    topo.start()
+    path = topo.dir / "server.toml"
+    cfg = tomllib.loads(path.read_text())
+    before = topo.session("server")
+    assert before is not None and before["peer"] == "home"
+
+    def server_reload() -> tuple[int, str, str]:
+        res = topo.srv.run(
+            [str(topo.binary), "reload", "--config", str(path)], check=False, timeout=10
+        )
+        return res.returncode, res.stdout, res.stderr
+
+    xfer = topo.transfer(8, "cubic")
+    xfer.wait_progress(2 << 20, timeout=20)
+    home = cfg["peer"][0]
+    office_key = topo.keygen("office")
+    cfg["peer"] = [
+        {"name": "office", "public_key": office_key, "allowed_ips": ["10.200.0.3/32"]},
+        {**home, "name": "home2"},
+    ]
+    cfg["server"]["default_policy"] = "redundant"
+    path.write_text(tomli_w.dumps(cfg))
+    rc, out, err = server_reload()
+    print(f"multihome reload --config server.toml: rc={rc}\n{out}{err}")
+    assert rc == 0, err
+    for change in ("peer `office` added", "peer `home2` now", "default_policy redundant"):
+        assert change in out, out
+    result = xfer.wait(timeout=60)
+    assert result.intact, f"transfer corrupted across the server's reload: {result}"
+    after = topo.session("server")
+    assert after is not None and after["peer"] == "home2"
+    assert after["session_id"] == before["session_id"], "a new session"
+
+    # The client's peer removed (SIGHUP): its session ends at once.
+    cfg["peer"] = cfg["peer"][:1]
+    path.write_text(tomli_w.dumps(cfg))
+    topo.daemons["server"].popen.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 5
+    while topo.status("server")["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert topo.status("server")["sessions"] == [], "the removed peer kept its session"
+    assert "reload: peer `home2` removed" in topo.daemons["server"].output()
+
+    # Listed again: the client's next handshake is answered and traffic flows.
+    cfg["peer"].append(home)
+    path.write_text(tomli_w.dumps(cfg))
+    rc, out, err = server_reload()
+    assert rc == 0 and "peer `home` added" in out, out + err
+    deadline = time.monotonic() + 15
+    while not topo.status("server")["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    back = topo.session("server")
+    print(f"session back after {15 - (deadline - time.monotonic()):.1f} s: {back and back['peer']}")
+    assert back is not None and back["peer"] == "home"
+    result = topo.transfer(2, "cubic", seed=3, port=9002).wait(timeout=30)
+    assert result.intact, f"transfer after the peer came back corrupted: {result}"

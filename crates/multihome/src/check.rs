@@ -39,6 +39,25 @@ const TABLES: [(&str, Kind); 5] = [
 ];
 
 impl Kind {
+    /// Its top-level table.
+    pub fn table(self) -> &'static str {
+        TABLES
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("", |(t, _)| t)
+    }
+
+    /// The control socket it uses when the file sets none.
+    pub fn default_socket(self) -> &'static str {
+        match self {
+            Kind::Client => config::client_default_socket(),
+            Kind::Server => config::server_default_socket(),
+            Kind::Relay => multihome_relay::config::DEFAULT_RELAY_SOCKET,
+            Kind::Race => multihome_race::daemon::config::DEFAULT_RACE_SOCKET,
+            Kind::MptcpDetours => config::mptcp::DEFAULT_MPTCP_SOCKET,
+        }
+    }
+
     /// The command that runs it.
     pub fn command(self) -> &'static str {
         match self {

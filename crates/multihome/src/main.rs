@@ -90,8 +90,12 @@ enum Cmd {
     /// kept. SIGHUP does the same (the outcome is logged).
     Reload {
         /// Control socket (default: the client's, else the server's).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "config")]
         socket: Option<PathBuf>,
+        /// The daemon's config file: its control socket is the one this file sets (what a
+        /// service manager's reload command knows).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Check a configuration file of any daemon without starting it.
     ///
@@ -166,7 +170,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Relay { config } => multihome_relay::run(&config),
         Cmd::MptcpDetours { config } => daemon::mptcp::run(&config),
         Cmd::Status { socket, json } => status::query(socket, json),
-        Cmd::Reload { socket } => multihome::reload::request(socket),
+        Cmd::Reload { socket, config } => multihome::reload::request(socket, config),
         Cmd::CheckConfig { file, offline } => {
             let (kind, summary) = check::check(&file, offline)?;
             let scope = if offline {

@@ -4,16 +4,22 @@
 //! the changes; a refused reload (the file is invalid, or changes something fixed while
 //! the daemon runs) is an error, and the daemon keeps the configuration in force.
 
+use crate::check::{self, Kind};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-/// Sends `reload` to the daemon at `socket` (default: `status::default_socket`) and
+/// Sends `reload` to the daemon at `socket`, or at the control socket `config` names
+/// (`--config`: what a service manager knows), or else at `status::default_socket`, and
 /// prints what it changed.
-pub fn request(socket: Option<PathBuf>) -> Result<()> {
-    let socket = socket.unwrap_or_else(crate::status::default_socket);
+pub fn request(socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<()> {
+    let socket = match (socket, config) {
+        (Some(s), _) => s,
+        (None, Some(c)) => socket_of(&c)?,
+        (None, None) => crate::status::default_socket(),
+    };
     let v = ask(&socket)?;
     match v["reloaded"].as_bool() {
         Some(true) => {
@@ -36,6 +42,29 @@ pub fn request(socket: Option<PathBuf>) -> Result<()> {
             socket.display()
         ),
     }
+}
+
+/// The control socket of the daemon `config` configures (its `control_socket`, else the
+/// default of its kind). Only the client and the server reload.
+fn socket_of(config: &Path) -> Result<PathBuf> {
+    let text = crate::config::read_file(config)?;
+    let src = crate::config::Source {
+        path: config,
+        text: &text,
+    };
+    let kind = check::kind(&src)?;
+    if !matches!(kind, Kind::Client | Kind::Server) {
+        bail!(
+            "`multihome {}` cannot reload its configuration; restart it to apply {}",
+            kind.command(),
+            config.display()
+        );
+    }
+    let doc: toml::Table = src.parse()?;
+    let set = doc[kind.table()]
+        .get("control_socket")
+        .and_then(|v| v.as_str());
+    Ok(PathBuf::from(set.unwrap_or(kind.default_socket())))
 }
 
 fn ask(socket: &Path) -> Result<Value> {

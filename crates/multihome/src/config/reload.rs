@@ -1,13 +1,15 @@
-//! Reloading a running client's configuration (`multihome reload`, SIGHUP): the new file
-//! is validated like at start, then checked against the settings in force, and what
-//! changed is listed for the daemon to apply (`daemon/reload.rs`).
+//! Reloading a running client's or server's configuration (`multihome reload`, SIGHUP):
+//! the new file is validated like at start, then checked against the settings in force,
+//! and what changed is listed for the daemon to apply (`daemon/reload.rs`).
 //!
-//! What a reload may change: the links (a `[[link]]` added or removed, a link's interface,
-//! server or cost changed) and the policies (`[policy]` default and rules). Everything
-//! else is fixed at start — keys, the TUN device and its routes, sockets, timers, ciphers,
-//! relays, name resolution — and a file that changes any of it is refused, naming the key
-//! and its line, and the running configuration stays in force: a reload applies all of a
-//! file or nothing.
+//! What a reload may change: on a client, the links (a `[[link]]` added or removed, a
+//! link's interface, server or cost changed) and the policies (`[policy]` default and
+//! rules); on a server, the peers (`[[peer]]` added, removed, renamed, `allowed_ips`
+//! changed; a peer is its public key) and `default_policy`. Everything else is fixed at
+//! start — keys, the TUN device and its routes, sockets, timers, ciphers, relays, name
+//! resolution — and a file that changes any of it is refused, naming the key and its
+//! line, and the running configuration stays in force: a reload applies all of a file or
+//! nothing.
 //!
 //! Invariants: a link keeps its path id across reloads (matched by name), so its session
 //! path, counters and estimates go on; a new link gets an id no link of the running
@@ -16,6 +18,7 @@
 //! address, as for detour paths, `daemon/detours.rs`). Ids stay below 16 (`MAX_PATHS`).
 
 use super::client::{validate_with, ClientSettings, LinkSettings};
+use super::server::{PeerSettings, ServerSettings};
 use super::{ConfigError, Source};
 use multihome_proto::path::PathId;
 use multihome_proto::sched::MAX_PATHS;
@@ -172,64 +175,80 @@ fn fixed_keys(
     old: &ClientSettings,
     new: &ClientSettings,
 ) -> Result<(), ConfigError> {
-    // (what is named in the message, the key located in the file, whether it changed)
-    let changed: [(&str, &str, bool); 16] = [
-        (
-            "private_key_file",
-            "private_key_file",
-            old.private_key_file != new.private_key_file,
-        ),
-        (
-            "server_public_key",
-            "server_public_key",
-            old.server_public_key != new.server_public_key,
-        ),
-        ("tun_name", "tun_name", old.tun_name != new.tun_name),
-        (
-            "tun_address",
-            "tun_address",
-            old.tun_address != new.tun_address,
-        ),
-        ("routes", "routes", old.routes != new.routes),
-        (
-            "control_socket",
-            "control_socket",
-            old.control_socket != new.control_socket,
-        ),
-        (
-            "metrics_listen",
-            "metrics_listen",
-            old.metrics_listen != new.metrics_listen,
-        ),
-        ("detect_ms", "detect_ms", old.detect != new.detect),
-        (
-            "failback_hold_ms",
-            "failback_hold_ms",
-            old.failback_hold != new.failback_hold,
-        ),
-        ("mtu", "mtu", old.mtu != new.mtu),
-        (
-            "aggregate_scheduler",
-            "aggregate_scheduler",
-            old.aggregate != new.aggregate,
-        ),
-        ("cipher", "cipher", old.ciphers != new.ciphers),
-        ("[[relay]]", "relay", old.relays != new.relays),
-        ("detours", "detours", old.detours != new.detours),
-        (
-            "kernel_copies",
-            "kernel_copies",
-            old.kernel_copies != new.kernel_copies,
-        ),
-        ("hold_max_mb/hold_max_s", "hold_max_", old.hold != new.hold),
-    ];
+    refuse_first(
+        src,
+        "client",
+        "[[link]] and [policy]",
+        &[
+            (
+                "private_key_file",
+                "private_key_file",
+                old.private_key_file != new.private_key_file,
+            ),
+            (
+                "server_public_key",
+                "server_public_key",
+                old.server_public_key != new.server_public_key,
+            ),
+            ("tun_name", "tun_name", old.tun_name != new.tun_name),
+            (
+                "tun_address",
+                "tun_address",
+                old.tun_address != new.tun_address,
+            ),
+            ("routes", "routes", old.routes != new.routes),
+            (
+                "control_socket",
+                "control_socket",
+                old.control_socket != new.control_socket,
+            ),
+            (
+                "metrics_listen",
+                "metrics_listen",
+                old.metrics_listen != new.metrics_listen,
+            ),
+            ("detect_ms", "detect_ms", old.detect != new.detect),
+            (
+                "failback_hold_ms",
+                "failback_hold_ms",
+                old.failback_hold != new.failback_hold,
+            ),
+            ("mtu", "mtu", old.mtu != new.mtu),
+            (
+                "aggregate_scheduler",
+                "aggregate_scheduler",
+                old.aggregate != new.aggregate,
+            ),
+            ("cipher", "cipher", old.ciphers != new.ciphers),
+            ("[[relay]]", "relay", old.relays != new.relays),
+            ("detours", "detours", old.detours != new.detours),
+            (
+                "kernel_copies",
+                "kernel_copies",
+                old.kernel_copies != new.kernel_copies,
+            ),
+            ("hold_max_mb/hold_max_s", "hold_max_", old.hold != new.hold),
+        ],
+    )
+}
+
+/// The first of `changed` — (what the message names, the key located in the file, whether
+/// it changed) — as an error, if any changed.
+fn refuse_first(
+    src: &Source<'_>,
+    role: &str,
+    may_change: &str,
+    changed: &[(&str, &str, bool)],
+) -> Result<(), ConfigError> {
     match changed.iter().find(|c| c.2) {
         Some((name, key, _)) => Err(err_at_key(
             src,
             key,
-            format!("`{name}` changed: it is fixed while the client runs"),
-            "restart the client to apply it (a reload changes [[link]] and [policy] only), \
-             or put the old value back",
+            format!("`{name}` changed: it is fixed while the {role} runs"),
+            &format!(
+                "restart the {role} to apply it (a reload changes {may_change} only), or put \
+                 the old value back"
+            ),
         )),
         None => Ok(()),
     }
@@ -251,4 +270,138 @@ fn err_at_key(src: &Source<'_>, key: &str, message: String, fix: &str) -> Config
         at += line.len();
     }
     src.err_file(message, fix)
+}
+
+/// A validated server reload: the new settings and what changed.
+#[derive(Debug)]
+pub struct ServerReload {
+    /// The settings in force once it is applied.
+    pub settings: ServerSettings,
+    /// Peers whose key is new.
+    pub added: Vec<PeerSettings>,
+    /// Peers whose key is gone (their sessions end).
+    pub removed: Vec<PeerSettings>,
+    /// Peers whose key stays but whose name or `allowed_ips` changed (new settings).
+    pub changed: Vec<PeerSettings>,
+    /// Whether `default_policy` changed.
+    pub default_changed: bool,
+}
+
+impl ServerReload {
+    /// One line per change, for the log and `multihome reload`.
+    pub fn describe(&self) -> Vec<String> {
+        let nets = |p: &PeerSettings| {
+            let v: Vec<String> = p.allowed_ips.iter().map(|n| n.to_string()).collect();
+            v.join(", ")
+        };
+        let mut out: Vec<String> = Vec::new();
+        out.extend(
+            self.added
+                .iter()
+                .map(|p| format!("peer `{}` added ({})", p.name, nets(p))),
+        );
+        out.extend(
+            self.removed
+                .iter()
+                .map(|p| format!("peer `{}` removed", p.name)),
+        );
+        out.extend(
+            self.changed
+                .iter()
+                .map(|p| format!("peer `{}` now {}", p.name, nets(p))),
+        );
+        if self.default_changed {
+            out.push(format!(
+                "default_policy {}",
+                self.settings.default_policy.name()
+            ));
+        }
+        out
+    }
+}
+
+/// Validates the new `server.toml` in `src` against `old`, the settings in force. Peers
+/// are matched by public key (a key is the peer's identity; its session goes on).
+pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, ConfigError> {
+    if old.naming.is_some() {
+        return Err(src.err_file(
+            "this server runs a resolver ([naming]): its configuration cannot be reloaded",
+            "restart the server to apply the new file",
+        ));
+    }
+    let new = super::server::validate(src)?;
+    let uplink = |s: &ServerSettings| s.uplink.as_ref().map(|u| u.0.clone());
+    refuse_first(
+        src,
+        "server",
+        "[[peer]] and default_policy",
+        &[
+            ("listen", "listen", old.listen != new.listen),
+            (
+                "private_key_file",
+                "private_key_file",
+                old.private_key_file != new.private_key_file,
+            ),
+            ("tun_name", "tun_name", old.tun_name != new.tun_name),
+            (
+                "tun_address",
+                "tun_address",
+                old.tun_address != new.tun_address,
+            ),
+            ("uplink", "uplink", uplink(old) != uplink(&new)),
+            (
+                "control_socket",
+                "control_socket",
+                old.control_socket != new.control_socket,
+            ),
+            (
+                "metrics_listen",
+                "metrics_listen",
+                old.metrics_listen != new.metrics_listen,
+            ),
+            ("detect_ms", "detect_ms", old.detect != new.detect),
+            ("mtu", "mtu", old.mtu != new.mtu),
+            ("cipher", "cipher", old.ciphers != new.ciphers),
+            ("hold_max_mb/hold_max_s", "hold_max_", old.hold != new.hold),
+            (
+                "kernel_copies",
+                "kernel_copies",
+                old.kernel_copies != new.kernel_copies,
+            ),
+            (
+                "redundant_copies",
+                "redundant_copies",
+                old.redundant_copies != new.redundant_copies,
+            ),
+            ("[naming]", "naming", new.naming.is_some()),
+        ],
+    )?;
+    let find = |v: &[PeerSettings], p: &PeerSettings| {
+        v.iter().find(|o| o.public_key == p.public_key).cloned()
+    };
+    Ok(ServerReload {
+        added: new
+            .peers
+            .iter()
+            .filter(|p| find(&old.peers, p).is_none())
+            .cloned()
+            .collect(),
+        removed: old
+            .peers
+            .iter()
+            .filter(|p| find(&new.peers, p).is_none())
+            .cloned()
+            .collect(),
+        changed: new
+            .peers
+            .iter()
+            .filter(|p| {
+                find(&old.peers, p)
+                    .is_some_and(|o| o.name != p.name || o.allowed_ips != p.allowed_ips)
+            })
+            .cloned()
+            .collect(),
+        default_changed: old.default_policy != new.default_policy,
+        settings: new,
+    })
 }

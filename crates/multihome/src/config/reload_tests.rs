@@ -2,7 +2,7 @@
 //! no running link holds, policies that name links follow the ids, and a change of a key
 //! fixed at start is refused on its line.
 
-use super::reload::{assign_ids, client as reload_client};
+use super::reload::{self, assign_ids, client as reload_client};
 use super::*;
 use multihome_proto::path::PathId;
 use multihome_proto::policy::{LinkRule, Policy};
@@ -148,4 +148,58 @@ fn links_cannot_move_under_detours_but_costs_may_change() {
     );
     let r = reload_client(&src(&t), &old).unwrap();
     assert_eq!(r.links.recosted.len(), 1);
+}
+
+const PEER_A: &str = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+const PEER_B: &str = "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=";
+
+fn server_file(peers: &[(&str, &str, &str)], extra: &str) -> String {
+    let mut t = format!(
+        "[server]\nlisten = \"0.0.0.0:7000\"\nprivate_key_file = \"s.key\"\n\
+         tun_address = \"10.200.0.1/24\"\n{extra}"
+    );
+    for (name, key, net) in peers {
+        t += &format!(
+            "\n[[peer]]\nname = \"{name}\"\npublic_key = \"{key}\"\nallowed_ips = [\"{net}\"]\n"
+        );
+    }
+    t
+}
+
+/// Peers are matched by key: a renamed peer is changed, not removed and added.
+#[test]
+fn server_peers_are_matched_by_key() {
+    let old =
+        server::validate(&src(&server_file(&[("home", PEER_A, "10.200.0.2/32")], ""))).unwrap();
+    let t = server_file(
+        &[
+            ("office", PEER_B, "10.200.0.3/32"),
+            ("home2", PEER_A, "10.200.0.2/32"),
+        ],
+        "default_policy = \"redundant\"\n",
+    );
+    let r = reload::server(&src(&t), &old).unwrap();
+    assert_eq!(
+        r.describe(),
+        [
+            "peer `office` added (10.200.0.3/32)",
+            "peer `home2` now 10.200.0.2/32",
+            "default_policy redundant"
+        ]
+    );
+    let t = server_file(&[("office", PEER_B, "10.200.0.3/32")], "");
+    let r = reload::server(&src(&t), &old).unwrap();
+    assert_eq!(r.removed.len(), 1);
+    assert_eq!(r.removed[0].name, "home");
+}
+
+#[test]
+fn a_server_key_fixed_at_start_is_refused_on_its_line() {
+    let peers = [("home", PEER_A, "10.200.0.2/32")];
+    let old = server::validate(&src(&server_file(&peers, ""))).unwrap();
+    let t = server_file(&peers, "").replace("0.0.0.0:7000", "0.0.0.0:7001");
+    let e = reload::server(&src(&t), &old).unwrap_err();
+    assert_eq!(e.line, 2, "{e}");
+    assert!(e.message.contains("`listen` changed"), "{e}");
+    assert!(e.fix.contains("restart the server"), "{e}");
 }
