@@ -37,16 +37,17 @@ if ! command -v cargo-deb >/dev/null 2>&1; then
     cargo install cargo-deb --locked -q
 fi
 
-say "building the .deb: manual pages from the CLI, then cargo deb --no-build"
+say "building the .deb: manual pages from the CLI, then cargo deb --no-build --strip"
 rm -rf "$target/release/man" "$target/debian"
 "$bin" man --out "$target/release/man"
-cargo deb -q -p multihome --no-build -o "$target/debian/" >/dev/null
-deb=$(ls "$target"/debian/multihome_*.deb)
+gzip -9n "$target"/release/man/*.1
+cargo deb -q -p multihome --no-build --strip -o "$target/debian/" >/dev/null
+deb=$(realpath "$target"/debian/multihome_*.deb)
 dpkg-deb --field "$deb" Package Version Architecture Depends Recommends Installed-Size
 echo "file: $deb ($(du -h "$deb" | cut -f1))"
 
 say "apt-get install ./$(basename "$deb")"
-apt-get install -y -q "./$deb" >/tmp/multihome-apt.log 2>&1 || { cat /tmp/multihome-apt.log; fail "apt-get install"; }
+apt-get install -y -q "$deb" >/tmp/multihome-apt.log 2>&1 || { cat /tmp/multihome-apt.log; fail "apt-get install"; }
 files=$(dpkg -L multihome)
 for f in /usr/bin/multihome /usr/share/doc/multihome/INSTALL.md \
     /usr/share/doc/multihome/examples/client.toml /usr/share/man/man1/multihome.1.gz \
