@@ -1,7 +1,9 @@
 //! Optional Prometheus endpoint: `GET /metrics` in the text exposition format, built from
-//! the same status document as `multihome status`.
+//! the same status document as `multihome status`: the endpoint's counters, per-link
+//! gauges and counters, and the name service's ([`naming`]: the server's resolver, records
+//! refused per reason; the client's failovers).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::fmt::Write as _;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -18,6 +20,7 @@ pub fn render(status: &Value) -> String {
             v.as_u64().unwrap_or(0)
         );
     }
+    naming(&mut out, role, &status["naming"]);
     let gauges = [
         "srtt_ms",
         "min_rtt_ms",
@@ -59,6 +62,56 @@ pub fn render(status: &Value) -> String {
         }
     }
     out
+}
+
+/// The `naming` part: on a server the resolver's requests, refusals by reason (of
+/// publishes, and of records found in a shared store), its etcd copy; on a client its
+/// failovers and when its record was last published.
+fn naming(out: &mut String, role: &str, n: &Value) {
+    if !n.is_object() {
+        return;
+    }
+    let mut metric = |name: &str, labels: &str, v: &Value| {
+        let _ = writeln!(
+            out,
+            "multihome_naming_{name}{{role=\"{role}\"{labels}}} {}",
+            v.as_u64().unwrap_or(0)
+        );
+    };
+    if role != "server" {
+        metric("failovers_total", "", &n["failovers"]);
+        metric("refused_total", "", &n["refused"]);
+        metric("published_unix_ms", "", &n["published_unix_ms"]);
+        return;
+    }
+    for op in [
+        "lookups",
+        "publishes",
+        "server_lists",
+        "not_found",
+        "unavailable",
+    ] {
+        metric(&format!("{op}_total"), "", &n[op]);
+    }
+    metric("dropped_busy_total", "", &n["dropped_busy"]);
+    for field in ["refused", "refused_in_store"] {
+        for (reason, v) in n[field].as_object().into_iter().flatten() {
+            if reason != "total" {
+                metric(
+                    &format!("{field}_total"),
+                    &format!(",reason=\"{reason}\""),
+                    v,
+                );
+            }
+        }
+    }
+    let c = &n["cache"];
+    if c.is_object() {
+        metric("cache_records", "", &c["records"]);
+        metric("watch_up", "", &json!(u8::from(c["watch_up"] == true)));
+        metric("relists_total", "", &c["relists"]);
+        metric("watch_resumes_total", "", &c["resumes"]);
+    }
 }
 
 /// Answers one HTTP request with the metrics (any path; this endpoint serves one thing).

@@ -217,6 +217,52 @@ fn naming_line(n: &Value) -> String {
     )
 }
 
+/// Refusals by reason, the non-zero ones: `3 (bad_signature 2, stale 1)`.
+fn refusals_text(r: &Value) -> String {
+    let reasons: Vec<String> = r
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| *k != "total" && v.as_u64().unwrap_or(0) > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let total = r["total"].as_u64().unwrap_or(0);
+    if reasons.is_empty() {
+        total.to_string()
+    } else {
+        format!("{total} ({})", reasons.join(", "))
+    }
+}
+
+/// The server's resolver: requests answered, records refused by reason, the etcd copy.
+fn resolver_lines(n: &Value) -> String {
+    let mut out = format!(
+        "naming: resolver on {} store, lookups {} (not found {}), publishes {}, server lists {}, unavailable {}, dropped {}\n  refused {}; refused in store {}",
+        n["store"].as_str().unwrap_or("-"),
+        n["lookups"],
+        n["not_found"],
+        n["publishes"],
+        n["server_lists"],
+        n["unavailable"],
+        n["dropped_busy"],
+        refusals_text(&n["refused"]),
+        refusals_text(&n["refused_in_store"]),
+    );
+    let c = &n["cache"];
+    if c.is_object() {
+        let _ = write!(
+            out,
+            "\n  cache {} records at revision {}, watch {}, relists {}, resumes {}",
+            c["records"],
+            c["revision"],
+            if c["watch_up"] == true { "up" } else { "down" },
+            c["relists"],
+            c["resumes"]
+        );
+    }
+    out
+}
+
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -265,7 +311,12 @@ pub fn render(v: &Value) -> String {
     // Writing to a String cannot fail.
     let _ = writeln!(o, "role: {}", v["role"].as_str().unwrap_or("?"));
     if v["naming"].is_object() {
-        let _ = writeln!(o, "{}", naming_line(&v["naming"]));
+        let line = if v["role"] == "server" {
+            resolver_lines(&v["naming"])
+        } else {
+            naming_line(&v["naming"])
+        };
+        let _ = writeln!(o, "{line}");
     }
     for s in v["sessions"].as_array().into_iter().flatten() {
         let _ = writeln!(

@@ -92,6 +92,7 @@ async fn run_loop(mut s: ClientSettings, key: multihome_proto::crypto::StaticSec
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
+        resolver: None,
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
     let core = ClientCore::new(client, names).with_detours(detours);

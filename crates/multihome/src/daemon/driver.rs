@@ -56,6 +56,20 @@ pub struct Services {
     pub control: Option<ControlSocket>,
     /// The Prometheus listener.
     pub metrics: Option<tokio::net::TcpListener>,
+    /// What runs beside the core and adds to its document: the server's resolver, whose
+    /// counters live on its own thread (`super::naming`), under `naming`.
+    pub resolver: Option<super::naming::ResolverStatus>,
+}
+
+impl Services {
+    /// The status document: the core's, with what runs beside it.
+    pub fn status(&self, core: &impl Core) -> serde_json::Value {
+        let mut v = core.status();
+        if let Some(r) = &self.resolver {
+            v["naming"] = r.json();
+        }
+        v
+    }
 }
 
 /// Datagrams built but not yet sent, sent with one `sendmmsg` per run of one socket.
@@ -184,12 +198,12 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 c = accept_control(services), if services.control.is_some() => {
                     if let Ok(stream) = c {
-                        crate::control::reply(stream, self.core.status().to_string());
+                        crate::control::reply(stream, services.status(&self.core).to_string());
                     }
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
                     if let Ok((stream, _)) = m {
-                        let text = crate::metrics::render(&self.core.status());
+                        let text = crate::metrics::render(&services.status(&self.core));
                         crate::metrics::reply(stream, text);
                     }
                 }

@@ -52,11 +52,12 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         ),
         None => None,
     };
-    super::naming::serve(&s, &key)?;
+    let resolver = super::naming::serve(&s, &key)?;
     let core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
+        resolver,
     };
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
     let mut bind = ListenBind::new(sock);
