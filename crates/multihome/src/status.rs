@@ -1,6 +1,7 @@
-//! Status: the JSON document served on the control socket, and the `status` command that
-//! fetches it and prints it as JSON or as text: the tunnel's sessions and links, or the
-//! racing gateway's per-uplink table (its document and text view are
+//! Status: the JSON document served on the control socket (and as `/api/status` by the
+//! dashboard: one document, docs/API.md), and the `status` command that fetches it from
+//! either and prints it as JSON or as text: the tunnel's sessions, links, flow classes and
+//! latest events, or the racing gateway's per-uplink table (its document and text view are
 //! `multihome_race::daemon::status`).
 //!
 //! Invariant: the text view is a pure function of the document ([`render`]) and never
@@ -10,7 +11,7 @@
 use anyhow::{Context, Result};
 use multihome_proto::endpoint::{Client, EndpointCounters, Server};
 use multihome_proto::path::PathId;
-use multihome_proto::policy::Policy;
+use multihome_proto::policy::{Classifier, Policy};
 use multihome_proto::session::Session;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -134,6 +135,19 @@ fn policy_text(p: Policy, name_of: &dyn Fn(PathId) -> String) -> String {
     }
 }
 
+/// The flow classes as configured (the client's `[policy]`): each rule and the default.
+pub fn policies_json(c: &Classifier, name_of: &dyn Fn(PathId) -> String) -> Value {
+    let rules: Vec<Value> = c
+        .rules
+        .iter()
+        .map(|r| {
+            json!({"name": r.name, "protocol": r.protocol, "ports": r.ports, "dscp": r.dscp,
+                   "policy": policy_text(r.policy, name_of)})
+        })
+        .collect();
+    json!({"default": policy_text(c.default, name_of), "rules": rules})
+}
+
 /// The stated downlink policy (PROTOCOL.md §8.5): on the client what it states and
 /// whether the server acknowledged it; on the server the statement in force.
 fn stated_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
@@ -231,17 +245,40 @@ pub fn fetch(socket: &PathBuf) -> Result<Value> {
     serde_json::from_str(&text).context("the daemon's reply is not JSON")
 }
 
-/// `multihome status`.
-pub fn query(socket: Option<PathBuf>, as_json: bool) -> Result<()> {
-    let socket = socket.unwrap_or_else(|| {
-        let c = PathBuf::from(crate::config::client_default_socket());
-        if c.exists() {
-            c
-        } else {
-            PathBuf::from(crate::config::server_default_socket())
-        }
-    });
-    let v = fetch(&socket)?;
+/// Fetches the status document from a dashboard's `/api/status`; `url` is
+/// `[http://]HOST:PORT[/PREFIX/]`, as the dashboard's address in a browser.
+pub fn fetch_url(url: &str) -> Result<Value> {
+    use std::net::ToSocketAddrs;
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (host, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let addr = host
+        .to_socket_addrs()
+        .with_context(|| format!("`{url}`: not HOST:PORT (https is not served)"))?
+        .next()
+        .with_context(|| format!("`{host}` has no address"))?;
+    let path = format!("{prefix}/api/status");
+    let timeout = std::time::Duration::from_secs(5);
+    let (code, body) = multihome_runtime::http::get(addr, &path, timeout)?;
+    anyhow::ensure!(code == 200, "{url}{path} answered HTTP {code}");
+    serde_json::from_slice(&body).context("the dashboard's answer is not JSON")
+}
+
+/// `multihome status`: from the control socket, or from a dashboard at `url`.
+pub fn query(socket: Option<PathBuf>, url: Option<&str>, as_json: bool) -> Result<()> {
+    let v = match url {
+        Some(u) => fetch_url(u)?,
+        None => fetch(&socket.unwrap_or_else(|| {
+            let c = PathBuf::from(crate::config::client_default_socket());
+            if c.exists() {
+                c
+            } else {
+                PathBuf::from(crate::config::server_default_socket())
+            }
+        }))?,
+    };
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -305,8 +342,56 @@ pub fn render(v: &Value) -> String {
             );
         }
     }
+    if v["policies"].is_object() {
+        let _ = writeln!(o, "{}", policies_line(&v["policies"]));
+    }
     let _ = writeln!(o, "counters: {}", v["counters"]);
+    events_lines(o, &v["events"]);
     out
+}
+
+/// The configured flow classes on one line: `policies: voip (udp 5060) realtime(150 ms);
+/// default aggregate`.
+fn policies_line(p: &Value) -> String {
+    let mut parts: Vec<String> = p["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["name"].as_str().unwrap_or("?"),
+                r["policy"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    parts.push(format!("default {}", p["default"].as_str().unwrap_or("?")));
+    format!("policies: {}", parts.join("; "))
+}
+
+/// Events shown by the text view: the latest few (the JSON has all the daemon keeps).
+const EVENTS_SHOWN: usize = 5;
+
+/// The latest events, each with its age.
+fn events_lines(o: &mut String, events: &Value) {
+    let Some(list) = events.as_array().filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let shown = list.len().min(EVENTS_SHOWN);
+    let _ = writeln!(o, "events (latest {shown} of {}):", list.len());
+    for e in &list[list.len() - shown..] {
+        let age = now_ms.saturating_sub(e["unix_ms"].as_u64().unwrap_or(now_ms));
+        let _ = writeln!(
+            o,
+            "  {:>8.1} s ago  {:<9} {}",
+            age as f64 / 1e3,
+            e["kind"].as_str().unwrap_or("?"),
+            e["text"].as_str().unwrap_or("")
+        );
+    }
 }
 
 #[cfg(test)]
