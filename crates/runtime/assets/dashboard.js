@@ -73,7 +73,8 @@ function drawLinks(hist) {
 }
 
 function chartWidth(box) {
-  return Math.max(300, box.clientWidth - 10);
+  // clientWidth includes the box's padding (4 px each side).
+  return Math.max(300, box.clientWidth - 8);
 }
 
 function drawCharts(hist) {
