@@ -173,6 +173,10 @@ def test_metrics_count_the_traffic(lab: Lab, multihome_bin: Path) -> None:
     # The dashboard serves the same families from the same document.
     dash_types = parse(scrape(topo, "cli", DASHBOARD))[0]
     assert dash_types == types
+    # The example Grafana dashboard asks only for families the daemon exports.
+    grafana = (REPO_ROOT / "examples" / "grafana-multihome.json").read_text()
+    wanted = set(re.findall(r"multihome_[a-z_]+", grafana))
+    assert wanted and wanted <= set(types), wanted - set(types)
 
     def delta(after: dict, before: dict, name: str) -> dict[str, float]:
         a, b = link_sum(after, name), link_sum(before, name)

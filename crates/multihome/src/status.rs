@@ -429,4 +429,35 @@ mod tests {
         assert!(race.starts_with("role: race  predictor: ?"), "{race}");
         assert!(!race.contains("session"), "{race}");
     }
+
+    #[test]
+    fn policies_and_latest_events() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let events: Vec<Value> = (0..7)
+            .map(|i| json!({"unix_ms": now - 7000 + i * 1000, "kind": "link", "text": format!("e{i}")}))
+            .collect();
+        let v = json!({"role": "client", "counters": {}, "sessions": [],
+            "policies": {"default": "aggregate",
+                         "rules": [{"name": "voip", "policy": "realtime(150 ms)"}]},
+            "events": events});
+        let text = render(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "policies: voip realtime(150 ms); default aggregate"
+        );
+        assert_eq!(lines[3], "events (latest 5 of 7):");
+        // The oldest shown is e2, about 5 s old; the newest e6, about 1 s.
+        let e2: Vec<&str> = lines[4].split_whitespace().collect();
+        assert_eq!(e2[1..], ["s", "ago", "link", "e2"]);
+        let age: f64 = e2[0].parse().unwrap();
+        assert!((4.9..6.0).contains(&age), "{age}");
+        assert!(lines[8].ends_with("link      e6"), "{}", lines[8]);
+        assert_eq!(lines.len(), 9);
+        // A document without events (an older daemon) prints none.
+        assert!(!render(&json!({"role": "server"})).contains("events"));
+    }
 }
