@@ -15,10 +15,10 @@ fi
 # `queue` statement needs CONFIG_NFT_QUEUE, which kernels may lack).
 # etcd-server: the shared record store of several servers (lab and tests start their own
 # members); protobuf-compiler + libprotobuf-dev: the etcd client crate compiles etcd's
-# .proto files at build time.
+# .proto files at build time. chromium: the dashboard's end-to-end test opens it headless.
 PKGS=(iproute2 nftables iptables iperf3 ethtool mptcpd iputils-ping procps python3 python3-venv
       python3-pip socat openvpn build-essential pkg-config etcd-server protobuf-compiler
-      libprotobuf-dev)
+      libprotobuf-dev chromium)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

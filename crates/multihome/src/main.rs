@@ -77,6 +77,9 @@ enum Cmd {
         /// Control socket (default: the client's, else the server's).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Read a daemon's dashboard instead (`http://HOST:PORT`, its `dashboard` address).
+        #[arg(long, conflicts_with = "socket")]
+        url: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -133,7 +136,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Race(args) => multihome_race::daemon::run(args),
         Cmd::Relay { config } => multihome_relay::run(&config),
         Cmd::MptcpDetours { config } => daemon::mptcp::run(&config),
-        Cmd::Status { socket, json } => status::query(socket, json),
+        Cmd::Status { socket, url, json } => status::query(socket, url.as_deref(), json),
         Cmd::Resolve {
             identity,
             resolver,

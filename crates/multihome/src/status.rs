@@ -1,6 +1,7 @@
-//! Status: the JSON document served on the control socket, and the `status` command that
-//! fetches it and prints it as JSON or as text: the tunnel's sessions and links, or the
-//! racing gateway's per-uplink table (its document and text view are
+//! Status: the JSON document served on the control socket (and as `/api/status` by the
+//! dashboard: one document, docs/API.md), and the `status` command that fetches it from
+//! either and prints it as JSON or as text: the tunnel's sessions, links, flow classes and
+//! latest events, or the racing gateway's per-uplink table (its document and text view are
 //! `multihome_race::daemon::status`).
 //!
 //! Invariant: the text view is a pure function of the document ([`render`]) and never
@@ -10,7 +11,7 @@
 use anyhow::{Context, Result};
 use multihome_proto::endpoint::{Client, EndpointCounters, Server};
 use multihome_proto::path::PathId;
-use multihome_proto::policy::Policy;
+use multihome_proto::policy::{Classifier, Policy};
 use multihome_proto::session::Session;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -132,6 +133,19 @@ fn policy_text(p: Policy, name_of: &dyn Fn(PathId) -> String) -> String {
         Policy::Realtime { deadline, .. } => format!("realtime({} ms)", deadline.as_millis()),
         p => p.name().to_string(),
     }
+}
+
+/// The flow classes as configured (the client's `[policy]`): each rule and the default.
+pub fn policies_json(c: &Classifier, name_of: &dyn Fn(PathId) -> String) -> Value {
+    let rules: Vec<Value> = c
+        .rules
+        .iter()
+        .map(|r| {
+            json!({"name": r.name, "protocol": r.protocol, "ports": r.ports, "dscp": r.dscp,
+                   "policy": policy_text(r.policy, name_of)})
+        })
+        .collect();
+    json!({"default": policy_text(c.default, name_of), "rules": rules})
 }
 
 /// The stated downlink policy (PROTOCOL.md §8.5): on the client what it states and
@@ -277,17 +291,40 @@ pub fn fetch(socket: &PathBuf) -> Result<Value> {
     serde_json::from_str(&text).context("the daemon's reply is not JSON")
 }
 
-/// `multihome status`.
-pub fn query(socket: Option<PathBuf>, as_json: bool) -> Result<()> {
-    let socket = socket.unwrap_or_else(|| {
-        let c = PathBuf::from(crate::config::client_default_socket());
-        if c.exists() {
-            c
-        } else {
-            PathBuf::from(crate::config::server_default_socket())
-        }
-    });
-    let v = fetch(&socket)?;
+/// Fetches the status document from a dashboard's `/api/status`; `url` is
+/// `[http://]HOST:PORT[/PREFIX/]`, as the dashboard's address in a browser.
+pub fn fetch_url(url: &str) -> Result<Value> {
+    use std::net::ToSocketAddrs;
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (host, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let addr = host
+        .to_socket_addrs()
+        .with_context(|| format!("`{url}`: not HOST:PORT (https is not served)"))?
+        .next()
+        .with_context(|| format!("`{host}` has no address"))?;
+    let path = format!("{prefix}/api/status");
+    let timeout = std::time::Duration::from_secs(5);
+    let (code, body) = multihome_runtime::http::get(addr, &path, timeout)?;
+    anyhow::ensure!(code == 200, "{url}{path} answered HTTP {code}");
+    serde_json::from_slice(&body).context("the dashboard's answer is not JSON")
+}
+
+/// `multihome status`: from the control socket, or from a dashboard at `url`.
+pub fn query(socket: Option<PathBuf>, url: Option<&str>, as_json: bool) -> Result<()> {
+    let v = match url {
+        Some(u) => fetch_url(u)?,
+        None => fetch(&socket.unwrap_or_else(|| {
+            let c = PathBuf::from(crate::config::client_default_socket());
+            if c.exists() {
+                c
+            } else {
+                PathBuf::from(crate::config::server_default_socket())
+            }
+        }))?,
+    };
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -356,8 +393,56 @@ pub fn render(v: &Value) -> String {
             );
         }
     }
+    if v["policies"].is_object() {
+        let _ = writeln!(o, "{}", policies_line(&v["policies"]));
+    }
     let _ = writeln!(o, "counters: {}", v["counters"]);
+    events_lines(o, &v["events"]);
     out
+}
+
+/// The configured flow classes on one line: `policies: voip (udp 5060) realtime(150 ms);
+/// default aggregate`.
+fn policies_line(p: &Value) -> String {
+    let mut parts: Vec<String> = p["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["name"].as_str().unwrap_or("?"),
+                r["policy"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    parts.push(format!("default {}", p["default"].as_str().unwrap_or("?")));
+    format!("policies: {}", parts.join("; "))
+}
+
+/// Events shown by the text view: the latest few (the JSON has all the daemon keeps).
+const EVENTS_SHOWN: usize = 5;
+
+/// The latest events, each with its age.
+fn events_lines(o: &mut String, events: &Value) {
+    let Some(list) = events.as_array().filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let shown = list.len().min(EVENTS_SHOWN);
+    let _ = writeln!(o, "events (latest {shown} of {}):", list.len());
+    for e in &list[list.len() - shown..] {
+        let age = now_ms.saturating_sub(e["unix_ms"].as_u64().unwrap_or(now_ms));
+        let _ = writeln!(
+            o,
+            "  {:>8.1} s ago  {:<9} {}",
+            age as f64 / 1e3,
+            e["kind"].as_str().unwrap_or("?"),
+            e["text"].as_str().unwrap_or("")
+        );
+    }
 }
 
 #[cfg(test)]
@@ -394,5 +479,36 @@ mod tests {
         let race = render(&json!({"role": "race", "sessions": []}));
         assert!(race.starts_with("role: race  predictor: ?"), "{race}");
         assert!(!race.contains("session"), "{race}");
+    }
+
+    #[test]
+    fn policies_and_latest_events() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let events: Vec<Value> = (0..7)
+            .map(|i| json!({"unix_ms": now - 7000 + i * 1000, "kind": "link", "text": format!("e{i}")}))
+            .collect();
+        let v = json!({"role": "client", "counters": {}, "sessions": [],
+            "policies": {"default": "aggregate",
+                         "rules": [{"name": "voip", "policy": "realtime(150 ms)"}]},
+            "events": events});
+        let text = render(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "policies: voip realtime(150 ms); default aggregate"
+        );
+        assert_eq!(lines[3], "events (latest 5 of 7):");
+        // The oldest shown is e2, about 5 s old; the newest e6, about 1 s.
+        let e2: Vec<&str> = lines[4].split_whitespace().collect();
+        assert_eq!(e2[1..], ["s", "ago", "link", "e2"]);
+        let age: f64 = e2[0].parse().unwrap();
+        assert!((4.9..6.0).contains(&age), "{age}");
+        assert!(lines[8].ends_with("link      e6"), "{}", lines[8]);
+        assert_eq!(lines.len(), 9);
+        // A document without events (an older daemon) prints none.
+        assert!(!render(&json!({"role": "server"})).contains("events"));
     }
 }

@@ -48,6 +48,8 @@ pub struct ClientSettings {
     pub control_socket: PathBuf,
     /// Prometheus listen address.
     pub metrics_listen: Option<SocketAddr>,
+    /// The web dashboard's address (`dashboard`; none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Dead-link detection time.
     pub detect: Duration,
     /// Failback hold of the `best` policy.
@@ -453,6 +455,11 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
             .metrics_listen
             .as_ref()
             .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        dashboard: c
+            .dashboard
+            .as_ref()
+            .map(|m| parse_addr(src, m, "dashboard"))
             .transpose()?,
         detect: parse_detect(src, c.detect_ms.as_ref())?,
         failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),

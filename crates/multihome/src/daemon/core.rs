@@ -74,6 +74,8 @@ pub struct ClientCore {
     detours: Option<Detours>,
     /// The naming watch's status (`daemon/naming.rs`), shown under `naming`.
     pub naming: Option<serde_json::Value>,
+    /// The configured flow classes, shown under `policies`.
+    policies: Option<serde_json::Value>,
 }
 
 impl ClientCore {
@@ -86,7 +88,21 @@ impl ClientCore {
             was_established: false,
             detours: None,
             naming: None,
+            policies: None,
         }
+    }
+
+    /// Shows `classifier` (the config's flow classes) in the status document.
+    pub fn with_policies(mut self, classifier: &multihome_proto::policy::Classifier) -> Self {
+        let names = &self.link_names;
+        let name_of = |id: PathId| {
+            names
+                .get(id.0 as usize)
+                .cloned()
+                .unwrap_or_else(|| id.0.to_string())
+        };
+        self.policies = Some(crate::status::policies_json(classifier, &name_of));
+        self
     }
 
     /// Uses detour paths through relays, as `detours` decides.
@@ -177,6 +193,9 @@ impl Core for ClientCore {
         }
         if let Some(n) = &self.naming {
             v["naming"] = n.clone();
+        }
+        if let Some(p) = &self.policies {
+            v["policies"] = p.clone();
         }
         v
     }

@@ -4,8 +4,8 @@
 //! Each turn: flush (everything the core wants to send, batched per socket with one
 //! `sendmmsg` each; everything it has to deliver, coalesced by the device; its events
 //! logged), then wait for the first of: shutdown, the core's deadline, the device readable,
-//! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control
-//! or metrics connection. Reads drain a ready source until "would block" or
+//! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control,
+//! metrics or dashboard connection, the dashboard's once-a-second sample. Reads drain a ready source until "would block" or
 //! [`READ_BUDGET`] batches, so one busy source cannot starve the others (readiness stays
 //! set when the budget runs out, and the loop comes straight back).
 //!
@@ -25,6 +25,8 @@ use crate::control::ControlSocket;
 use anyhow::Result;
 use multihome_io::udp::BATCH_MAX;
 use multihome_proto::path::PathId;
+use multihome_runtime::dashboard::Live;
+use multihome_runtime::http::{HttpListener, Response};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -49,16 +51,19 @@ impl<C, B> Watch<C, B> for NoWatch {
     fn handle(&mut self, _clock: &Clock, _core: &mut C, _bind: &mut B) {}
 }
 
-/// The listeners that serve the core's status document; both optional (tests have none).
+/// The listeners that serve the core's status document and the history behind the
+/// dashboard; all optional (tests have none).
 #[derive(Default)]
 pub struct Services {
     /// The control socket (`multihome status`).
     pub control: Option<ControlSocket>,
     /// The Prometheus listener.
-    pub metrics: Option<tokio::net::TcpListener>,
+    pub metrics: Option<HttpListener>,
     /// What runs beside the core and adds to its document: the server's resolver, whose
     /// counters live on its own thread (`super::naming`), under `naming`.
     pub resolver: Option<super::naming::ResolverStatus>,
+    /// The history of samples and events, and the dashboard if configured.
+    pub live: Option<Live>,
 }
 
 impl Services {
@@ -69,6 +74,16 @@ impl Services {
             v["naming"] = r.json();
         }
         v
+    }
+
+    /// The status document as served: [`Self::status`], with the events when there is a
+    /// history.
+    fn document(&self, core: &impl Core) -> serde_json::Value {
+        let doc = self.status(core);
+        match &self.live {
+            Some(l) => l.document(doc),
+            None => doc,
+        }
     }
 }
 
@@ -178,6 +193,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
         shutdown: impl Future<Output = ()>,
     ) -> Result<()> {
         tokio::pin!(shutdown);
+        let mut tick = Live::tick();
         loop {
             self.flush();
             let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
@@ -198,13 +214,26 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 c = accept_control(services), if services.control.is_some() => {
                     if let Ok(stream) = c {
-                        crate::control::reply(stream, services.status(&self.core).to_string());
+                        let doc = services.document(&self.core);
+                        crate::control::reply(stream, doc.to_string());
                     }
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
-                    if let Ok((stream, _)) = m {
+                    if let (Ok(stream), Some(l)) = (m, &services.metrics) {
                         let text = crate::metrics::render(&services.status(&self.core));
-                        crate::metrics::reply(stream, text);
+                        l.serve(stream, move |_| {
+                            Response::ok("text/plain; version=0.0.4", text.into_bytes())
+                        });
+                    }
+                }
+                d = accept_dashboard(services), if services.live.is_some() => {
+                    if let (Ok(stream), Some(l)) = (d, &services.live) {
+                        l.serve(stream, services.document(&self.core));
+                    }
+                }
+                _ = tick.tick(), if services.live.is_some() => {
+                    if let Some(l) = &services.live {
+                        l.sample(&self.core.status());
                     }
                 }
             }
@@ -283,6 +312,10 @@ async fn accept_control(s: &Services) -> io::Result<tokio::net::UnixStream> {
     s.control.as_ref().expect("guarded").accept().await
 }
 
-async fn accept_metrics(s: &Services) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
+async fn accept_metrics(s: &Services) -> io::Result<tokio::net::TcpStream> {
     s.metrics.as_ref().expect("guarded").accept().await
+}
+
+async fn accept_dashboard(s: &Services) -> io::Result<tokio::net::TcpStream> {
+    s.live.as_ref().expect("guarded").accept().await
 }

@@ -58,6 +58,7 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
         resolver,
+        live: Some(super::live("server", s.dashboard).await?),
     };
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
     let mut bind = ListenBind::new(sock);
