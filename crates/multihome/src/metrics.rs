@@ -95,14 +95,9 @@ fn naming(out: &mut String, role: &str, n: &Value) {
     }
     metric("dropped_busy_total", "", &n["dropped_busy"]);
     for field in ["refused", "refused_in_store"] {
-        for (reason, v) in n[field].as_object().into_iter().flatten() {
-            if reason != "total" {
-                metric(
-                    &format!("{field}_total"),
-                    &format!(",reason=\"{reason}\""),
-                    v,
-                );
-            }
+        for reason in crate::status::REFUSAL_REASONS {
+            let labels = format!(",reason=\"{reason}\"");
+            metric(&format!("{field}_total"), &labels, &n[field][reason]);
         }
     }
     let c = &n["cache"];
@@ -131,4 +126,37 @@ pub fn reply(mut stream: TcpStream, body: String) {
         let _ = stream.write_all(body.as_bytes()).await;
         let _ = stream.shutdown().await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn naming_metrics_per_reason() {
+        let v = json!({
+            "role": "server",
+            "naming": {"lookups": 9, "publishes": 4,
+                "refused": {"total": 3, "bad_signature": 2, "oversized": 1},
+                "refused_in_store": {"total": 1, "stale": 1},
+                "cache": {"records": 40, "watch_up": true, "relists": 1, "resumes": 0}}
+        });
+        let m = render(&v);
+        for line in [
+            "multihome_naming_lookups_total{role=\"server\"} 9",
+            "multihome_naming_refused_total{role=\"server\",reason=\"bad_signature\"} 2",
+            "multihome_naming_refused_total{role=\"server\",reason=\"oversized\"} 1",
+            "multihome_naming_refused_total{role=\"server\",reason=\"unsigned\"} 0",
+            "multihome_naming_refused_in_store_total{role=\"server\",reason=\"stale\"} 1",
+            "multihome_naming_cache_records{role=\"server\"} 40",
+            "multihome_naming_watch_up{role=\"server\"} 1",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} missing from\n{m}");
+        }
+        let c = render(&json!({"role": "client", "naming": {"failovers": 2}}));
+        assert!(
+            c.contains("multihome_naming_failovers_total{role=\"client\"} 2"),
+            "{c}"
+        );
+    }
 }
