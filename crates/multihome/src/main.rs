@@ -101,6 +101,16 @@ struct NamingLoadArgs {
     seconds: u32,
     #[arg(long, default_value_t = 120_000)]
     lease_ms: u64,
+    /// Look names up in this etcd cluster directly (comma-separated client URLs) instead of
+    /// through the resolver.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// Send lookups to this resolver instead (another server sharing the store).
+    #[arg(long)]
+    lookup_resolver: Option<std::net::SocketAddr>,
+    /// Direct etcd lookups: `linearizable` (quorum-confirmed) or `serializable`.
+    #[arg(long, default_value = "linearizable", value_parser = ["linearizable", "serializable"])]
+    etcd_read: String,
 }
 
 fn main() {
@@ -152,6 +162,11 @@ fn run(cli: Cli) -> Result<()> {
                 seconds: a.seconds,
                 lease_ms: a.lease_ms,
                 timeout: std::time::Duration::from_secs(1),
+                etcd: (!a.etcd.is_empty()).then(|| multihome_naming::load::EtcdLookups {
+                    endpoints: a.etcd.clone(),
+                    serializable: a.etcd_read == "serializable",
+                }),
+                lookup_resolver: a.lookup_resolver,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

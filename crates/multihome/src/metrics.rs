@@ -171,7 +171,7 @@ fn naming(out: &mut String, role: &str, n: &Value) {
     if !n.is_object() {
         return;
     }
-    let mut one = |name: &str, kind: &str, help: &str, v: &Value| {
+    let one = |out: &mut String, name: &str, kind: &str, help: &str, v: &Value| {
         let sample = (
             format!("role=\"{role}\""),
             v.as_u64().unwrap_or(0).to_string(),
@@ -186,18 +186,21 @@ fn naming(out: &mut String, role: &str, n: &Value) {
     };
     if role != "server" {
         one(
+            out,
             "failovers_total",
             "counter",
             "Times the client moved to another server.",
             &n["failovers"],
         );
         one(
+            out,
             "refused_total",
             "counter",
             "Server records the client refused.",
             &n["refused"],
         );
         one(
+            out,
             "published_unix_ms",
             "gauge",
             "When the client's record was last published (Unix ms).",
@@ -214,6 +217,7 @@ fn naming(out: &mut String, role: &str, n: &Value) {
         "dropped_busy",
     ] {
         one(
+            out,
             &format!("{op}_total"),
             "counter",
             &format!("Resolver requests: {op}."),
@@ -245,20 +249,29 @@ fn naming(out: &mut String, role: &str, n: &Value) {
     let c = &n["cache"];
     if c.is_object() {
         one(
+            out,
             "cache_records",
             "gauge",
             "Records in the resolver's watched copy.",
             &c["records"],
         );
         let up = json!(u8::from(c["watch_up"] == true));
-        one("watch_up", "gauge", "1 while the etcd watch runs.", &up);
         one(
+            out,
+            "watch_up",
+            "gauge",
+            "1 while the etcd watch runs.",
+            &up,
+        );
+        one(
+            out,
             "relists_total",
             "counter",
             "Full re-reads of the store (compaction).",
             &c["relists"],
         );
         one(
+            out,
             "watch_resumes_total",
             "counter",
             "Watches resumed after a loss.",

@@ -231,14 +231,25 @@ fn naming_line(n: &Value) -> String {
     )
 }
 
+/// Reasons a record is refused, in the order status and metrics show them.
+pub const REFUSAL_REASONS: [&str; 7] = [
+    "unsigned",
+    "bad_signature",
+    "stale",
+    "oversized",
+    "expired",
+    "malformed",
+    "lease_too_long",
+];
+
 /// Refusals by reason, the non-zero ones: `3 (bad_signature 2, stale 1)`.
 fn refusals_text(r: &Value) -> String {
-    let reasons: Vec<String> = r
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, v)| *k != "total" && v.as_u64().unwrap_or(0) > 0)
-        .map(|(k, v)| format!("{k} {v}"))
+    let reasons: Vec<String> = REFUSAL_REASONS
+        .iter()
+        .filter_map(|k| {
+            let n = r[*k].as_u64().unwrap_or(0);
+            (n > 0).then(|| format!("{k} {n}"))
+        })
         .collect();
     let total = r["total"].as_u64().unwrap_or(0);
     if reasons.is_empty() {
@@ -510,5 +521,38 @@ mod tests {
         assert_eq!(lines.len(), 9);
         // A document without events (an older daemon) prints none.
         assert!(!render(&json!({"role": "server"})).contains("events"));
+    }
+
+    #[test]
+    fn server_resolver_view() {
+        let v = json!({
+            "role": "server", "counters": {}, "sessions": [],
+            "naming": {"store": "etcd", "lookups": 12, "not_found": 2, "publishes": 5,
+                "server_lists": 1, "unavailable": 0, "dropped_busy": 0,
+                "refused": {"total": 3, "bad_signature": 2, "stale": 1, "unsigned": 0},
+                "refused_in_store": {"total": 0},
+                "cache": {"records": 40, "revision": 77, "watch_up": true, "relists": 1,
+                          "resumes": 2}}
+        });
+        let text = render(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "naming: resolver on etcd store, lookups 12 (not found 2), publishes 5, server lists 1, unavailable 0, dropped 0"
+        );
+        assert_eq!(
+            lines[2],
+            "  refused 3 (bad_signature 2, stale 1); refused in store 0"
+        );
+        assert_eq!(
+            lines[3],
+            "  cache 40 records at revision 77, watch up, relists 1, resumes 2"
+        );
+        // The client's line is another one.
+        let c = render(&json!({"role": "client", "naming": {"server": "ab", "failovers": 0}}));
+        assert!(
+            c.contains("naming: server ab at -, record published never"),
+            "{c}"
+        );
     }
 }
