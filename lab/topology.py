@@ -107,9 +107,13 @@ class Topology:
         binary: Path | None = None,
         client_extra: dict | None = None,
         server_extra: dict | None = None,
+        client_links: int | None = None,
     ) -> None:
         self.lab = lab
         self.links = links
+        # The client's config lists the first ``client_links`` links (the others are built
+        # and addressed, for a reload to add).
+        self.client_links = len(links) if client_links is None else client_links
         self.policy = policy
         self.rules = rules or []
         self.detect_ms = detect_ms
@@ -253,7 +257,8 @@ class Topology:
             ],
         }
         links = [
-            (spec.name, f"l{i}", f"{link_ip(i, 'srv')}:{PORT}") for i, spec in enumerate(self.links)
+            (spec.name, f"l{i}", f"{link_ip(i, 'srv')}:{PORT}")
+            for i, spec in enumerate(self.links[: self.client_links])
         ]
         client = self.client_config(
             "client", self.server_pub, links, [ORIGIN_PREFIX], self.sockets["client"]
@@ -346,7 +351,7 @@ class Topology:
             last = sess
             if sess and sess.get("established"):
                 states = [lk["state"] for lk in sess.get("links", [])]
-                if not all_links_up or (len(states) == len(self.links) and set(states) == {"up"}):
+                if not all_links_up or (len(states) == self.client_links and set(states) == {"up"}):
                     return sess
             time.sleep(0.1)
         raise LabError(

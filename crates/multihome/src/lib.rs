@@ -3,11 +3,13 @@
 //! its own; `main.rs` is only the command line. The racing gateway (`multihome race`) is
 //! the `multihome_race` crate, which `main.rs` calls.
 
+pub mod check;
 pub mod config;
 pub mod daemon;
 pub mod dashboard;
 pub mod keyfile;
 pub mod metrics;
+pub mod reload;
 pub mod resolve;
 pub mod status;
 

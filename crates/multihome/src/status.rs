@@ -288,6 +288,17 @@ fn resolver_lines(n: &Value) -> String {
     out
 }
 
+/// The control socket `status` and `reload` use without `--socket`: the client's if it
+/// exists, else the server's.
+pub fn default_socket() -> PathBuf {
+    let c = PathBuf::from(crate::config::client_default_socket());
+    if c.exists() {
+        c
+    } else {
+        PathBuf::from(crate::config::server_default_socket())
+    }
+}
+
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -327,14 +338,7 @@ pub fn fetch_url(url: &str) -> Result<Value> {
 pub fn query(socket: Option<PathBuf>, url: Option<&str>, as_json: bool) -> Result<()> {
     let v = match url {
         Some(u) => fetch_url(u)?,
-        None => fetch(&socket.unwrap_or_else(|| {
-            let c = PathBuf::from(crate::config::client_default_socket());
-            if c.exists() {
-                c
-            } else {
-                PathBuf::from(crate::config::server_default_socket())
-            }
-        }))?,
+        None => fetch(&socket.unwrap_or_else(default_socket))?,
     };
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);

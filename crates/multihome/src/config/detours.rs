@@ -18,7 +18,7 @@ pub const DEFAULT_DETOURS: u32 = 2;
 pub const MAX_RELAYS: usize = 8;
 
 /// One relay of the client.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RelaySettings {
     /// Name in status and path names ("LINK via NAME"); default: the address.
     pub name: String,

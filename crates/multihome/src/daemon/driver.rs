@@ -4,8 +4,10 @@
 //! Each turn: flush (everything the core wants to send, batched per socket with one
 //! `sendmmsg` each; everything it has to deliver, coalesced by the device; its events
 //! logged), then wait for the first of: shutdown, the core's deadline, the device readable,
-//! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control,
-//! metrics or dashboard connection, the dashboard's once-a-second sample. Reads drain a ready source until "would block" or
+//! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control
+//! request (status, or reload: the watch re-reads the config), SIGHUP (reload, where the
+//! role asked for it), a metrics or dashboard connection, or the dashboard's once-a-second
+//! sample. Reads drain a ready source until "would block" or
 //! [`READ_BUDGET`] batches, so one busy source cannot starve the others (readiness stays
 //! set when the budget runs out, and the loop comes straight back).
 //!
@@ -21,7 +23,7 @@
 use super::core::{Core, Outgoing};
 use super::io::{DatagramBind, PacketDevice};
 use super::{Clock, BUF_BYTES, READ_BUDGET};
-use crate::control::ControlSocket;
+use crate::control::{ControlSocket, Pending, Request, Requests};
 use anyhow::Result;
 use multihome_io::udp::BATCH_MAX;
 use multihome_proto::path::PathId;
@@ -38,6 +40,16 @@ pub trait Watch<C, B> {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// Handles it, with the core and the bind at hand.
     fn handle(&mut self, clock: &Clock, core: &mut C, bind: &mut B);
+    /// Re-reads the configuration file and applies what changed (`multihome reload`,
+    /// SIGHUP): one line per change, or why nothing was changed.
+    fn reload(
+        &mut self,
+        _clock: &Clock,
+        _core: &mut C,
+        _bind: &mut B,
+    ) -> Result<Vec<String>, String> {
+        Err("this daemon cannot reload its configuration: restart it".into())
+    }
 }
 
 /// No role-specific source (the server, tests).
@@ -55,7 +67,7 @@ impl<C, B> Watch<C, B> for NoWatch {
 /// dashboard; all optional (tests have none).
 #[derive(Default)]
 pub struct Services {
-    /// The control socket (`multihome status`).
+    /// The control socket (`multihome status`, `multihome reload`).
     pub control: Option<ControlSocket>,
     /// The Prometheus listener.
     pub metrics: Option<HttpListener>,
@@ -64,6 +76,8 @@ pub struct Services {
     pub resolver: Option<super::naming::ResolverStatus>,
     /// The history of samples and events, and the dashboard if configured.
     pub live: Option<Live>,
+    /// Control connections whose request is being read.
+    pub requests: Requests,
 }
 
 impl Services {
@@ -168,6 +182,8 @@ pub struct Driver<C, D, B> {
     deliver: Box<[u8]>,
     /// Sockets found gone while sending, reported to the core after the sends.
     gone: Vec<usize>,
+    /// SIGHUP, when the daemon reloads on it ([`Driver::reload_on_hangup`]).
+    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
@@ -181,7 +197,17 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
             tx: TxBatch::default(),
             deliver: vec![0u8; BUF_BYTES].into_boxed_slice(),
             gone: Vec::new(),
+            hangup: None,
         }
+    }
+
+    /// Reloads the configuration on SIGHUP (the result is logged), as on `multihome
+    /// reload` (the result is the answer). Without this a SIGHUP ends the process, as by
+    /// default.
+    pub fn reload_on_hangup(mut self) -> Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        self.hangup = Some(signal(SignalKind::hangup())?);
+        Ok(self)
     }
 
     /// Runs until `shutdown` resolves (then returns without closing: see
@@ -198,6 +224,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
             self.flush();
             let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
             let (device, bind) = (&mut self.device, &mut self.bind);
+            let hangup = &mut self.hangup;
             // select! drops every branch's future before running a handler, so the
             // handlers may use what the futures borrowed.
             tokio::select! {
@@ -212,11 +239,13 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                     r?;
                     watch.handle(&self.clock, &mut self.core, &mut self.bind);
                 }
-                c = accept_control(services), if services.control.is_some() => {
-                    if let Ok(stream) = c {
-                        let doc = services.document(&self.core);
-                        crate::control::reply(stream, doc.to_string());
-                    }
+                p = next_request(services), if services.control.is_some() => {
+                    self.answer(p, watch, services);
+                }
+                _ = poll_fn(|cx| hangup.as_mut().expect("guarded").poll_recv(cx)),
+                    if hangup.is_some() => {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    let _ = self.reload(watch);
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
                     if let (Ok(stream), Some(l)) = (m, &services.metrics) {
@@ -238,6 +267,35 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
             }
         }
+    }
+
+    /// Answers a control request: the status document, or a reload's outcome as JSON
+    /// (`{"reloaded": true, "changes": [...]}` or `{"reloaded": false, "error": ...}`).
+    fn answer(&mut self, p: Pending, watch: &mut impl Watch<C, B>, services: &Services) {
+        let doc = match &p.request {
+            Request::Status => services.document(&self.core),
+            Request::Reload => match self.reload(watch) {
+                Ok(changes) => serde_json::json!({"reloaded": true, "changes": changes}),
+                Err(error) => serde_json::json!({"reloaded": false, "error": error}),
+            },
+            Request::Unknown(r) => serde_json::json!({"error": format!("unknown request `{r}`")}),
+        };
+        p.answer(doc.to_string());
+    }
+
+    /// Reloads through the role's watch and logs the outcome.
+    fn reload(&mut self, watch: &mut impl Watch<C, B>) -> Result<Vec<String>, String> {
+        let r = watch.reload(&self.clock, &mut self.core, &mut self.bind);
+        match &r {
+            Ok(changes) if changes.is_empty() => tracing::info!("reload: nothing changed"),
+            Ok(changes) => {
+                for c in changes {
+                    tracing::info!("reload: {c}");
+                }
+            }
+            Err(e) => tracing::warn!("reload refused, the configuration in force is kept: {e}"),
+        }
+        r
     }
 
     /// Closes the core's session (CLOSE where the role sends one) and sends it.
@@ -308,8 +366,8 @@ fn drain(mut read: impl FnMut() -> io::Result<()>) {
     }
 }
 
-async fn accept_control(s: &Services) -> io::Result<tokio::net::UnixStream> {
-    s.control.as_ref().expect("guarded").accept().await
+async fn next_request(s: &Services) -> Pending {
+    s.requests.next(s.control.as_ref().expect("guarded")).await
 }
 
 async fn accept_metrics(s: &Services) -> io::Result<tokio::net::TcpStream> {

@@ -11,6 +11,7 @@
 //! - [`mptcp`]: `multihome mptcp-detours`, subflows through relays for kernel MPTCP
 //!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
 //! - [`naming`]: the client resolving its server, the server's resolver thread;
+//! - [`reload`]: the client re-reading its config file (`multihome reload`, SIGHUP);
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
 //!
@@ -29,6 +30,7 @@ pub mod io;
 pub mod mem;
 pub mod mptcp;
 pub mod naming;
+pub mod reload;
 pub mod server;
 
 use anyhow::{Context, Result};

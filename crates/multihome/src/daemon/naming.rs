@@ -365,6 +365,15 @@ impl<W: Watch<ClientCore, LinkBind>> Watch<ClientCore, LinkBind> for Watches<W> 
         }
     }
 
+    fn reload(
+        &mut self,
+        clock: &Clock,
+        core: &mut ClientCore,
+        bind: &mut LinkBind,
+    ) -> Result<Vec<String>, String> {
+        self.inner.reload(clock, core, bind)
+    }
+
     fn handle(&mut self, clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind) {
         if std::mem::take(&mut self.ready.0) {
             self.inner.handle(clock, core, bind);
