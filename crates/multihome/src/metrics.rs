@@ -35,6 +35,16 @@ pub fn render(status: &Value) -> String {
                 s["hold"][g].as_u64().unwrap_or(0)
             );
         }
+        // How long the oldest held packet has waited (0: nothing held).
+        let since = s["hold"]["since_us"].as_u64().unwrap_or(0);
+        let age = match status["now_us"].as_u64() {
+            Some(now) if since > 0 => now.saturating_sub(since) as f64 / 1e6,
+            _ => 0.0,
+        };
+        let _ = writeln!(
+            out,
+            "multihome_held_age_seconds{{role=\"{role}\",peer=\"{peer}\"}} {age}"
+        );
         for l in s["links"].as_array().into_iter().flatten() {
             let labels = format!(
                 "role=\"{role}\",peer=\"{peer}\",link=\"{}\"",

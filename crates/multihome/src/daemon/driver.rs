@@ -184,17 +184,25 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 c = accept_control(services), if services.control.is_some() => {
                     if let Ok(stream) = c {
-                        crate::control::reply(stream, self.core.status().to_string());
+                        crate::control::reply(stream, self.status().to_string());
                     }
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
                     if let Ok((stream, _)) = m {
-                        let text = crate::metrics::render(&self.core.status());
+                        let text = crate::metrics::render(&self.status());
                         crate::metrics::reply(stream, text);
                     }
                 }
             }
         }
+    }
+
+    /// The core's status document with the clock it reads (`now_us`), so a reader can tell
+    /// how long the oldest held packet has waited (`hold.since_us`).
+    fn status(&self) -> serde_json::Value {
+        let mut v = self.core.status();
+        v["now_us"] = self.clock.now().as_micros().into();
+        v
     }
 
     /// Closes the core's session (CLOSE where the role sends one) and sends it.
