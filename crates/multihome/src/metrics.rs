@@ -137,6 +137,20 @@ pub fn render(status: &Value) -> String {
     }
     family(
         &mut out,
+        "multihome_held_age_seconds",
+        "gauge",
+        "How long the oldest held packet has waited, seconds (0: nothing held).",
+        &per(&sessions, &|s| {
+            let since = s["hold"]["since_us"].as_u64().unwrap_or(0);
+            let age = match status["now_us"].as_u64() {
+                Some(now) if since > 0 => now.saturating_sub(since) as f64 / 1e6,
+                _ => 0.0,
+            };
+            age.to_string()
+        }),
+    );
+    family(
+        &mut out,
         "multihome_link_up",
         "gauge",
         "1 while the link is up (not suspect or down).",

@@ -110,12 +110,14 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                     "occupancy_sum": r.occupancy_sum, "lost_skips": r.lost_skips,
                     "displaced": r.displaced, "density": r.density.to_vec()},
         // Store-and-forward (PROTOCOL.md §16): what is held now; `since_us` is the core's
-        // clock when the oldest was held (0: nothing held), so its age is the clock now
-        // minus it.
+        // clock when the oldest was held (0: nothing held), so its age is the document's
+        // `now_us` (the daemon's clock when it answered) minus it; the bounds in force.
         "hold": {"packets": sc.held_packets, "bytes": sc.held_bytes,
                  "since_us": sc.held_since.map_or(0, |t| t.as_micros()),
                  "dropped_bytes": sc.hold_dropped_bytes, "dropped_age": sc.hold_dropped_age,
                  "released": sc.hold_released,
+                 "max_bytes": s.config().hold_max_bytes,
+                 "max_s": s.config().hold_max_age.as_secs(),
                  // Per queue: the shared one (`any`) and one per `only:` link.
                  "queues": s.hold_queues().into_iter().map(|(k, n, b)| json!({
                      "link": k.map_or_else(|| "any".to_string(), name_of),
@@ -393,19 +395,10 @@ pub fn render(v: &Value) -> String {
             "share"
         );
         for l in s["links"].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                o,
-                "  {:<10} {:<8} {:>9.2} {:>9.2} {:>7.2} {:>12.2} {:>12} {:>12} {:>5.0}%",
-                l["name"].as_str().unwrap_or("?"),
-                l["state"].as_str().unwrap_or("?"),
-                l["srtt_ms"].as_f64().unwrap_or(0.0),
-                l["min_rtt_ms"].as_f64().unwrap_or(0.0),
-                l["loss"].as_f64().unwrap_or(0.0) * 100.0,
-                l["delivery_rate_bps"].as_f64().unwrap_or(0.0) / 1e6,
-                l["tx_bytes"],
-                l["rx_bytes"],
-                l["share"].as_f64().unwrap_or(0.0) * 100.0
-            );
+            link_line(o, l);
+        }
+        if s["hold"].is_object() {
+            let _ = writeln!(o, "{}", hold_line(&s["hold"], v["now_us"].as_u64()));
         }
     }
     if v["policies"].is_object() {
@@ -460,6 +453,86 @@ fn events_lines(o: &mut String, events: &Value) {
     }
 }
 
+/// One link's row of the table.
+fn link_line(o: &mut String, l: &Value) {
+    let _ = writeln!(
+        o,
+        "  {:<10} {:<8} {:>9.2} {:>9.2} {:>7.2} {:>12.2} {:>12} {:>12} {:>5.0}%",
+        l["name"].as_str().unwrap_or("?"),
+        l["state"].as_str().unwrap_or("?"),
+        l["srtt_ms"].as_f64().unwrap_or(0.0),
+        l["min_rtt_ms"].as_f64().unwrap_or(0.0),
+        l["loss"].as_f64().unwrap_or(0.0) * 100.0,
+        l["delivery_rate_bps"].as_f64().unwrap_or(0.0) / 1e6,
+        l["tx_bytes"],
+        l["rx_bytes"],
+        l["share"].as_f64().unwrap_or(0.0) * 100.0
+    );
+}
+
+/// Bytes as a person reads them: B, kB, MB (powers of 1000).
+fn bytes_text(b: u64) -> String {
+    match b {
+        0..1_000 => format!("{b} B"),
+        1_000..1_000_000 => format!("{:.1} kB", b as f64 / 1e3),
+        _ => format!("{:.1} MB", b as f64 / 1e6),
+    }
+}
+
+/// Store-and-forward in one line: what is held now and for how long (`now_us` minus the
+/// oldest's `since_us`; unknown from a daemon that does not send its clock), what the
+/// bounds dropped, what was released, and the per-queue split when a queue is not the
+/// shared one.
+fn hold_line(h: &Value, now_us: Option<u64>) -> String {
+    let n = |k: &str| h[k].as_u64().unwrap_or(0);
+    let held = if n("packets") == 0 {
+        "nothing held".to_string()
+    } else {
+        let age = match (now_us, n("since_us")) {
+            (Some(now), since) if since > 0 => {
+                format!("{:.1} s", now.saturating_sub(since) as f64 / 1e6)
+            }
+            _ => "-".into(),
+        };
+        format!(
+            "{} packets ({}) held for {age}",
+            n("packets"),
+            bytes_text(n("bytes"))
+        )
+    };
+    let limits = match (h["max_bytes"].as_u64(), h["max_s"].as_u64()) {
+        (Some(b), Some(s)) => format!(" (limits {} MiB, {s} s)", b >> 20),
+        _ => String::new(),
+    };
+    let mut line = format!(
+        "  hold: {held}{limits}; dropped {} oldest at the byte limit, {} past the age limit; released {}",
+        n("dropped_bytes"),
+        n("dropped_age"),
+        n("released")
+    );
+    let queues: Vec<String> = h["queues"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|q| q["packets"].as_u64().unwrap_or(0) > 0)
+        .map(|q| {
+            let link = match q["link"].as_str().unwrap_or("?") {
+                "any" => "any".to_string(),
+                l => format!("only:{l}"),
+            };
+            format!(
+                "{link} {} ({})",
+                q["packets"],
+                bytes_text(q["bytes"].as_u64().unwrap_or(0))
+            )
+        })
+        .collect();
+    if queues.len() > 1 || queues.iter().any(|q| q.starts_with("only:")) {
+        let _ = write!(line, "; queues: {}", queues.join(", "));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,7 +560,10 @@ mod tests {
             dsl,
             ["dsl", "up", "21.40", "19.80", "1.00", "41.00", "900000", "1500000", "75%"]
         );
-        assert_eq!(lines[4], "counters: {\"handshakes\":1}");
+        assert_eq!(
+            lines[4], "counters: {\"handshakes\":1}",
+            "no hold line from a daemon without `hold`"
+        );
         // The race view is not used for the tunnel, nor the tunnel's for a race (the race
         // view's own tests are beside it, in multihome_race::daemon::status).
         assert!(!text.contains("uplink"));
@@ -557,6 +633,39 @@ mod tests {
         assert!(
             c.contains("naming: server ab at -, record published never"),
             "{c}"
+        );
+    }
+
+    /// The hold in plain text: what is held, for how long (the daemon's clock minus the
+    /// oldest's), the bounds and what they dropped, per queue when an `only:` queue holds.
+    #[test]
+    fn hold_line_says_what_is_held_for_how_long_and_what_was_dropped() {
+        let hold = json!({"packets": 1200, "bytes": 1_700_000, "since_us": 5_000_000,
+            "dropped_bytes": 56, "dropped_age": 0, "released": 789,
+            "max_bytes": 16u64 << 20, "max_s": 60,
+            "queues": [{"link": "any", "packets": 1197, "bytes": 1_695_000},
+                       {"link": "wifi", "packets": 3, "bytes": 5000}]});
+        let v = json!({"role": "server", "now_us": 17_300_000u64, "counters": {},
+            "sessions": [{"session_id": "1", "peer": "home", "established": true,
+                          "links": [], "hold": hold}]});
+        let text = render(&v);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("  hold:"))
+            .expect(&text);
+        assert_eq!(
+            line,
+            "  hold: 1200 packets (1.7 MB) held for 12.3 s (limits 16 MiB, 60 s); dropped 56 \
+             oldest at the byte limit, 0 past the age limit; released 789; queues: any 1197 \
+             (1.7 MB), only:wifi 3 (5.0 kB)"
+        );
+        let empty = json!({"packets": 0, "bytes": 0, "since_us": 0, "dropped_bytes": 0,
+            "dropped_age": 2, "released": 0, "queues": []});
+        assert_eq!(
+            hold_line(&empty, None),
+            "  hold: nothing held; dropped 0 oldest at the byte limit, 2 past the age limit; \
+             released 0",
+            "an older daemon: no limits, no clock"
         );
     }
 }

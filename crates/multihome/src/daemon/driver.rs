@@ -27,6 +27,7 @@ use crate::control::{ControlSocket, Pending, Request, Requests};
 use anyhow::Result;
 use multihome_io::udp::BATCH_MAX;
 use multihome_proto::path::PathId;
+use multihome_proto::time::Instant;
 use multihome_runtime::dashboard::Live;
 use multihome_runtime::http::{HttpListener, Response};
 use std::future::{poll_fn, Future};
@@ -82,8 +83,11 @@ pub struct Services {
 
 impl Services {
     /// The status document: the core's, with what runs beside it.
-    pub fn status(&self, core: &impl Core) -> serde_json::Value {
+    /// With the clock it reads (`now_us`), so a reader can tell how long the oldest held
+    /// packet has waited (`hold.since_us`).
+    pub fn status(&self, core: &impl Core, now: Instant) -> serde_json::Value {
         let mut v = core.status();
+        v["now_us"] = now.as_micros().into();
         if let Some(r) = &self.resolver {
             v["naming"] = r.json();
         }
@@ -92,8 +96,8 @@ impl Services {
 
     /// The status document as served: [`Self::status`], with the events when there is a
     /// history.
-    fn document(&self, core: &impl Core) -> serde_json::Value {
-        let doc = self.status(core);
+    fn document(&self, core: &impl Core, now: Instant) -> serde_json::Value {
+        let doc = self.status(core, now);
         match &self.live {
             Some(l) => l.document(doc),
             None => doc,
@@ -249,7 +253,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
                     if let (Ok(stream), Some(l)) = (m, &services.metrics) {
-                        let text = crate::metrics::render(&services.status(&self.core));
+                        let text = crate::metrics::render(&services.status(&self.core, self.clock.now()));
                         l.serve(stream, move |_| {
                             Response::ok("text/plain; version=0.0.4", text.into_bytes())
                         });
@@ -257,7 +261,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 d = accept_dashboard(services), if services.live.is_some() => {
                     if let (Ok(stream), Some(l)) = (d, &services.live) {
-                        l.serve(stream, services.document(&self.core));
+                        l.serve(stream, services.document(&self.core, self.clock.now()));
                     }
                 }
                 _ = tick.tick(), if services.live.is_some() => {
@@ -273,7 +277,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
     /// (`{"reloaded": true, "changes": [...]}` or `{"reloaded": false, "error": ...}`).
     fn answer(&mut self, p: Pending, watch: &mut impl Watch<C, B>, services: &Services) {
         let doc = match &p.request {
-            Request::Status => services.document(&self.core),
+            Request::Status => services.document(&self.core, self.clock.now()),
             Request::Reload => match self.reload(watch) {
                 Ok(changes) => serde_json::json!({"reloaded": true, "changes": changes}),
                 Err(error) => serde_json::json!({"reloaded": false, "error": error}),
