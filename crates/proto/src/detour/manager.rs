@@ -182,36 +182,6 @@ impl DetourManager {
         )
     }
 
-    /// Adds a link (path `id`, the server's address over it); its candidates start idle.
-    pub fn add_link(&mut self, id: PathId, name: &str, server: SocketAddr) {
-        let li = self.links.len();
-        self.links.push(Link {
-            id,
-            name: name.to_string(),
-            server,
-            up: true,
-            alone_rate: 0.0,
-        });
-        for ri in 0..self.relays.len() {
-            self.cands.push(Candidate::new(li, ri));
-        }
-    }
-
-    /// The link's interface went up or down; a down link's detours are retired at once.
-    pub fn set_link_up(&mut self, now: Instant, id: PathId, up: bool) {
-        let Some(li) = self.links.iter().position(|l| l.id == id) else {
-            return;
-        };
-        self.links[li].up = up;
-        if !up {
-            for c in 0..self.cands.len() {
-                if self.cands[c].link == li {
-                    self.retire(now, c, Duration::ZERO);
-                }
-            }
-        }
-    }
-
     fn request(&mut self, now: Instant, c: usize, release: bool) -> Option<RequestId> {
         let (li, ri) = (self.cands[c].link, self.cands[c].relay);
         let rq = Request {

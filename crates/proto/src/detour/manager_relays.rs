@@ -1,6 +1,7 @@
-//! The path manager's relay set at run time: the client's configured relays plus the list
-//! the server hands out (docs/PROTOCOL.md §15.7), and relays leaving when the server stops
-//! listing them; also what `status` shows of relays and candidates.
+//! The path manager's candidate set as it changes at run time — links added and going up
+//! or down; the client's configured relays plus the list the server hands out
+//! (docs/PROTOCOL.md §15.7), and relays leaving when the server stops listing them — and
+//! what `status` shows of relays and candidates.
 //!
 //! Merge ([`DetourManager::set_server_relays`]): configured relays first; a server relay
 //! with the name or the address of a configured one is skipped (configured win); server
@@ -20,10 +21,12 @@
 //! matched by address, paths named by relay); at most 2 × `MAX_HANDED_RELAYS` relays are
 //! held — past that, leaving relays are dropped at once (paths retired, releases sent).
 
-use super::{active, Candidate, DetourManager, State};
+use super::{active, Candidate, DetourManager, Link, State};
 use super::{CandidateStatus, RelayListing, RelaySource, RelaySpec};
+use crate::path::PathId;
 use crate::wire::relays::MAX_HANDED_RELAYS;
 use crate::Instant;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Where a relay came from and whether it is leaving (since when).
@@ -34,6 +37,36 @@ pub(super) struct Origin {
 }
 
 impl DetourManager {
+    /// Adds a link (path `id`, the server's address over it); its candidates start idle.
+    pub fn add_link(&mut self, id: PathId, name: &str, server: SocketAddr) {
+        let li = self.links.len();
+        self.links.push(Link {
+            id,
+            name: name.to_string(),
+            server,
+            up: true,
+            alone_rate: 0.0,
+        });
+        for ri in 0..self.relays.len() {
+            self.cands.push(Candidate::new(li, ri));
+        }
+    }
+
+    /// The link's interface went up or down; a down link's detours are retired at once.
+    pub fn set_link_up(&mut self, now: Instant, id: PathId, up: bool) {
+        let Some(li) = self.links.iter().position(|l| l.id == id) else {
+            return;
+        };
+        self.links[li].up = up;
+        if !up {
+            for c in 0..self.cands.len() {
+                if self.cands[c].link == li {
+                    self.retire(now, c, Duration::ZERO);
+                }
+            }
+        }
+    }
+
     /// The server's newest list of relays (see the module docs for the merge).
     pub fn set_server_relays(&mut self, now: Instant, list: Vec<RelaySpec>) {
         let configured = self.count_source(RelaySource::Config);
