@@ -123,6 +123,7 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                      "link": k.map_or_else(|| "any".to_string(), name_of),
                      "packets": n, "bytes": b})).collect::<Vec<_>>()},
         "stated": stated_json(s, name_of),
+        "relay_list": relay_list_json(s),
         "links": links,
     })
 }
@@ -170,6 +171,14 @@ fn stated_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
     v
 }
 
+/// The relay list the server hands out (PROTOCOL.md §15.7): on the server the epoch
+/// offered and whether the client acknowledged it, on the client the epoch applied.
+fn relay_list_json(s: &Session) -> Value {
+    let r = s.relays_stats();
+    json!({"epoch": r.epoch, "relays": r.relays, "acked": r.acked, "sent": r.sent,
+           "refused": r.refused})
+}
+
 /// The client's status document.
 pub fn client_status(c: &Client, names: &[String]) -> Value {
     let name_of = |id: PathId| {
@@ -208,7 +217,13 @@ pub fn server_status(s: &Server) -> Value {
         j["established"] = json!(true);
         sessions.push(j);
     }
-    json!({"role": "server", "counters": counters, "sessions": sessions})
+    let (epoch, list) = s.relays();
+    let relays: Vec<Value> = list
+        .iter()
+        .map(|r| json!({"name": r.name, "address": r.address.to_string(), "mode": r.mode.name()}))
+        .collect();
+    json!({"role": "server", "counters": counters, "sessions": sessions,
+           "relays": {"epoch": epoch, "list": relays}})
 }
 
 /// The client's resolved server and its own record's last publication.
@@ -301,6 +316,40 @@ pub fn default_socket() -> PathBuf {
     }
 }
 
+/// The relays: on the client those it may detour through, with where each came from
+/// (`config` or `server`, `leaving` once the server stopped listing it); on the server
+/// those it hands out. None when there are none.
+fn relays_line(v: &Value) -> Option<String> {
+    let (list, label) = match v["role"].as_str() {
+        Some("server") => (v["relays"]["list"].as_array()?, "relays handed out"),
+        _ => (v["detours"]["relays"].as_array()?, "relays"),
+    };
+    if list.is_empty() {
+        return None;
+    }
+    let items: Vec<String> = list
+        .iter()
+        .map(|r| {
+            let mut from: Vec<&str> = r["source"].as_str().into_iter().collect();
+            if r["leaving"] == true {
+                from.push("leaving");
+            }
+            let from = if from.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", from.join(", "))
+            };
+            format!(
+                "{} {} {}{from}",
+                r["name"].as_str().unwrap_or("?"),
+                r["address"].as_str().unwrap_or("?"),
+                r["mode"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    Some(format!("{label}: {}", items.join(", ")))
+}
+
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
@@ -370,6 +419,9 @@ pub fn render(v: &Value) -> String {
         } else {
             naming_line(&v["naming"])
         };
+        let _ = writeln!(o, "{line}");
+    }
+    if let Some(line) = relays_line(v) {
         let _ = writeln!(o, "{line}");
     }
     for s in v["sessions"].as_array().into_iter().flatten() {
@@ -567,6 +619,24 @@ mod tests {
         // The race view is not used for the tunnel, nor the tunnel's for a race (the race
         // view's own tests are beside it, in multihome_race::daemon::status).
         assert!(!text.contains("uplink"));
+        let mut with_relays = v.clone();
+        with_relays["detours"] = json!({"relays": [
+            {"name": "rly", "address": "10.0.80.2:51900", "mode": "nat", "source": "server",
+             "leaving": false},
+            {"name": "fra", "address": "192.0.2.50:51900", "mode": "tunnel", "source": "config",
+             "leaving": true}]});
+        let text = render(&with_relays);
+        assert_eq!(
+            text.lines().nth(1),
+            Some(
+                "relays: rly 10.0.80.2:51900 nat (server), \
+                 fra 192.0.2.50:51900 tunnel (config, leaving)"
+            ),
+            "{text}"
+        );
+        let server = json!({"role": "server", "sessions": [], "relays": {"epoch": 2, "list": [
+            {"name": "rly", "address": "10.0.80.2:51900", "mode": "nat"}]}});
+        assert!(render(&server).contains("\nrelays handed out: rly 10.0.80.2:51900 nat\n"));
         let race = render(&json!({"role": "race", "sessions": []}));
         assert!(race.starts_with("role: race  predictor: ?"), "{race}");
         assert!(!race.contains("session"), "{race}");

@@ -69,7 +69,8 @@ pub struct ClientSettings {
     pub classifier: Classifier,
     /// Relays offering detours (`[[relay]]`).
     pub relays: Vec<super::detours::RelaySettings>,
-    /// Detour paths in use at most (`detours`; 0 without relays).
+    /// Detour paths in use at most (`detours`), through the client's relays and those its
+    /// server hands out.
     pub detours: usize,
     /// Kernel fast path for `redundant` copies (nftables `dup`; `multihome_io::dup`).
     pub kernel_copies: bool,

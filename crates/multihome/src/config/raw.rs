@@ -119,6 +119,8 @@ pub struct ServerFile {
     pub server: ServerSection,
     #[serde(default)]
     pub peer: Vec<Spanned<PeerSection>>,
+    #[serde(default)]
+    pub relay: Vec<Spanned<RelaySection>>,
     pub naming: Option<Spanned<ServerNamingSection>>,
 }
 

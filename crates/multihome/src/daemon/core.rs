@@ -139,8 +139,12 @@ impl ClientCore {
         self.retired.push(id);
     }
 
-    /// Uses detour paths through relays, as `detours` decides.
+    /// Uses detour paths through relays, as `detours` decides; the client then takes the
+    /// relay lists its server hands out.
     pub fn with_detours(mut self, detours: Option<Detours>) -> Self {
+        if detours.is_some() {
+            self.client.accept_relays();
+        }
         self.detours = detours;
         self
     }
