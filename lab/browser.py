@@ -92,6 +92,8 @@ class Browser:
                 deviceScaleFactor=1,
                 mobile=False,
             )
+            # Screenshots show the page's whole width, not a strip under a scrollbar.
+            self.call("Emulation.setScrollbarsHidden", hidden=True)
         except BaseException:
             self.close()
             raise

@@ -71,7 +71,8 @@ def test_dashboard_in_a_browser(lab: Lab, multihome_bin: Path, linkem_bin: Path)
         assert b.eval(last) > t1, "the plots' newest sample did not advance"
         sent = "document.querySelector('#links tr[data-link=\"fast\"]').cells[5].textContent"
         b.wait_for(f"parseFloat({sent}) > 0", timeout=5)
-        assert b.eval("document.querySelectorAll('#chart-tx .u-series').length") >= 3
+        legend = "[...document.querySelectorAll('#chart-tx .u-series')].map(e => e.textContent)"
+        assert sorted(b.eval(legend)) == ["server/fast", "server/slow"], b.eval(legend)
 
         topo.link_down(0)
         _, shown_s = b.wait_for(f"{row_state('fast')} === 'down'", timeout=10)
@@ -194,7 +195,6 @@ def test_metrics_count_the_traffic(lab: Lab, multihome_bin: Path) -> None:
     high = count * (inner + DATA_OVERHEAD_MAX) + control * CONTROL_MAX
     print(f"client sent {total} bytes in {packets} datagrams for {count} x {inner} B: {tx}")
     assert low <= total <= high, (low, total, high)
-    assert all(v > 0 for v in tx.values()), f"aggregate left a link unused: {tx}"
     # The server received on each link what the client sent on it (links are numbered there,
     # in the client's order), give or take control datagrams between the two scrapes.
     rx = delta(srv1, srv0, "multihome_link_rx_bytes_total")

@@ -192,9 +192,9 @@ fn start(s: RelaySettings) -> Result<(Relay, AsyncFd<LinkSocket>, ControlSocket)
 }
 
 async fn serve(s: RelaySettings, stop: impl std::future::Future<Output = ()>) -> Result<()> {
-    let dashboard = s.dashboard;
+    // Bound before `start` installs anything, so a taken address leaves nothing behind.
+    let live = Live::new("relay", s.dashboard, status::snapshot, None).await?;
     let (mut relay, sock, control) = start(s)?;
-    let live = Live::new("relay", dashboard, status::snapshot, None).await?;
     let mut tick = Live::tick();
     let stop = async {
         tokio::select! {

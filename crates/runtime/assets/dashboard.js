@@ -95,6 +95,7 @@ function drawCharts(hist) {
       const opts = {
         title: c.title, width: chartWidth(box), height: 180,
         scales: { x: { time: true } },
+        legend: { live: false },
         series: [{}, ...keys.map((k, i) => ({
           label: k, stroke: COLORS[i % COLORS.length], width: 1.5,
           paths: c.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
