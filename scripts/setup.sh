@@ -29,10 +29,11 @@ fi
 # `queue` statement needs CONFIG_NFT_QUEUE, which kernels may lack).
 # etcd-server: the shared record store of several servers (lab and tests start their own
 # members); protobuf-compiler + libprotobuf-dev: the etcd client crate compiles etcd's
-# .proto files at build time. curl: rustup, where Rust is missing.
+# .proto files at build time. chromium: the dashboard's end-to-end test opens it headless.
+# curl: rustup, where Rust is missing.
 PKGS=(iproute2 nftables iptables iperf3 ethtool mptcpd iputils-ping procps python3 python3-venv
       python3-pip socat openvpn build-essential pkg-config etcd-server protobuf-compiler
-      libprotobuf-dev curl ca-certificates git)
+      libprotobuf-dev chromium curl ca-certificates git)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -78,6 +78,9 @@ enum Cmd {
         /// Control socket (default: the client's, else the server's).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Read a daemon's dashboard instead (`http://HOST:PORT`, its `dashboard` address).
+        #[arg(long, conflicts_with = "socket")]
+        url: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -134,6 +137,16 @@ struct NamingLoadArgs {
     seconds: u32,
     #[arg(long, default_value_t = 120_000)]
     lease_ms: u64,
+    /// Look names up in this etcd cluster directly (comma-separated client URLs) instead of
+    /// through the resolver.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// Send lookups to this resolver instead (another server sharing the store).
+    #[arg(long)]
+    lookup_resolver: Option<std::net::SocketAddr>,
+    /// Direct etcd lookups: `linearizable` (quorum-confirmed) or `serializable`.
+    #[arg(long, default_value = "linearizable", value_parser = ["linearizable", "serializable"])]
+    etcd_read: String,
 }
 
 fn main() {
@@ -169,7 +182,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Race(args) => multihome_race::daemon::run(args),
         Cmd::Relay { config } => multihome_relay::run(&config),
         Cmd::MptcpDetours { config } => daemon::mptcp::run(&config),
-        Cmd::Status { socket, json } => status::query(socket, json),
+        Cmd::Status { socket, url, json } => status::query(socket, url.as_deref(), json),
         Cmd::Reload { socket, config } => multihome::reload::request(socket, config),
         Cmd::CheckConfig { file, offline } => {
             let (kind, summary) = check::check(&file, offline)?;
@@ -198,6 +211,11 @@ fn run(cli: Cli) -> Result<()> {
                 seconds: a.seconds,
                 lease_ms: a.lease_ms,
                 timeout: std::time::Duration::from_secs(1),
+                etcd: (!a.etcd.is_empty()).then(|| multihome_naming::load::EtcdLookups {
+                    endpoints: a.etcd.clone(),
+                    serializable: a.etcd_read == "serializable",
+                }),
+                lookup_resolver: a.lookup_resolver,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

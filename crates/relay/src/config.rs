@@ -36,6 +36,7 @@ struct RelaySection {
     #[serde(default)]
     allowed_destinations: Vec<Spanned<String>>,
     control_socket: Option<String>,
+    dashboard: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +84,8 @@ pub struct RelaySettings {
     pub allowed_destinations: Vec<IpNet>,
     /// Control socket.
     pub control_socket: PathBuf,
+    /// The web dashboard's address (none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Allowed clients.
     pub clients: Vec<ClientSettings>,
 }
@@ -164,6 +167,7 @@ fn parse_with(path: &Path, text: &str, key: KeyReader) -> Result<RelaySettings, 
             .as_deref()
             .unwrap_or(DEFAULT_RELAY_SOCKET)
             .into(),
+        dashboard: multihome_runtime::config::dashboard_addr(&src, r.dashboard.as_ref())?,
         clients: clients(&src, &f.client)?,
     })
 }

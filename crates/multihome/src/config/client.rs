@@ -51,6 +51,8 @@ pub struct ClientSettings {
     pub control_socket: PathBuf,
     /// Prometheus listen address.
     pub metrics_listen: Option<SocketAddr>,
+    /// The web dashboard's address (`dashboard`; none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Dead-link detection time.
     pub detect: Duration,
     /// Failback hold of the `best` policy.
@@ -67,7 +69,8 @@ pub struct ClientSettings {
     pub classifier: Classifier,
     /// Relays offering detours (`[[relay]]`).
     pub relays: Vec<super::detours::RelaySettings>,
-    /// Detour paths in use at most (`detours`; 0 without relays).
+    /// Detour paths in use at most (`detours`), through the client's relays and those its
+    /// server hands out.
     pub detours: usize,
     /// Kernel fast path for `redundant` copies (nftables `dup`; `multihome_io::dup`).
     pub kernel_copies: bool,
@@ -465,6 +468,11 @@ pub(super) fn validate_with(
             .metrics_listen
             .as_ref()
             .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        dashboard: c
+            .dashboard
+            .as_ref()
+            .map(|m| parse_addr(src, m, "dashboard"))
             .transpose()?,
         detect: parse_detect(src, c.detect_ms.as_ref())?,
         failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),

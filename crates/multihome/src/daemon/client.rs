@@ -98,10 +98,14 @@ async fn run_loop(
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
+        resolver: None,
+        live: Some(super::live("client", s.dashboard).await?),
         ..Services::default()
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
-    let core = ClientCore::new(client, names).with_detours(detours);
+    let core = ClientCore::new(client, names)
+        .with_detours(detours)
+        .with_policies(&s.classifier);
     let mut driver = Driver::new(core, tun, bind, clock).reload_on_hangup()?;
     driver.run(&services, &mut watch, shutdown_signal()).await?;
     tracing::info!("shutting down");

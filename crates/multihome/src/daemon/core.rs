@@ -75,6 +75,8 @@ pub struct ClientCore {
     detours: Option<Detours>,
     /// The naming watch's status (`daemon/naming.rs`), shown under `naming`.
     pub naming: Option<serde_json::Value>,
+    /// The configured flow classes, shown under `policies`.
+    policies: Option<serde_json::Value>,
     /// Links removed by a reload: their paths stay in the session (down), as a detour's
     /// do, so a later link given the same id goes on in step with the server; status
     /// leaves them out.
@@ -91,8 +93,28 @@ impl ClientCore {
             was_established: false,
             detours: None,
             naming: None,
+            policies: None,
             retired: Vec::new(),
         }
+    }
+
+    /// Shows `classifier` (the config's flow classes) in the status document.
+    pub fn with_policies(mut self, classifier: &multihome_proto::policy::Classifier) -> Self {
+        self.show_policies(classifier);
+        self
+    }
+
+    /// Shows `classifier` in the status document from now on (at start and after a
+    /// reload, which may rename links or change rules).
+    pub fn show_policies(&mut self, classifier: &multihome_proto::policy::Classifier) {
+        let names = &self.link_names;
+        let name_of = |id: PathId| {
+            names
+                .get(id.0 as usize)
+                .cloned()
+                .unwrap_or_else(|| id.0.to_string())
+        };
+        self.policies = Some(crate::status::policies_json(classifier, &name_of));
     }
 
     /// Adds link `l` or moves it to its (new) server (a reload), usable or not; `slots` is
@@ -117,8 +139,12 @@ impl ClientCore {
         self.retired.push(id);
     }
 
-    /// Uses detour paths through relays, as `detours` decides.
+    /// Uses detour paths through relays, as `detours` decides; the client then takes the
+    /// relay lists its server hands out.
     pub fn with_detours(mut self, detours: Option<Detours>) -> Self {
+        if detours.is_some() {
+            self.client.accept_relays();
+        }
         self.detours = detours;
         self
     }
@@ -211,6 +237,9 @@ impl Core for ClientCore {
         }
         if let Some(n) = &self.naming {
             v["naming"] = n.clone();
+        }
+        if let Some(p) = &self.policies {
+            v["policies"] = p.clone();
         }
         v
     }

@@ -6,7 +6,8 @@
 //! logged), then wait for the first of: shutdown, the core's deadline, the device readable,
 //! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control
 //! request (status, or reload: the watch re-reads the config), SIGHUP (reload, where the
-//! role asked for it) or a metrics connection. Reads drain a ready source until "would block" or
+//! role asked for it), a metrics or dashboard connection, or the dashboard's once-a-second
+//! sample. Reads drain a ready source until "would block" or
 //! [`READ_BUDGET`] batches, so one busy source cannot starve the others (readiness stays
 //! set when the budget runs out, and the loop comes straight back).
 //!
@@ -26,6 +27,9 @@ use crate::control::{ControlSocket, Pending, Request, Requests};
 use anyhow::Result;
 use multihome_io::udp::BATCH_MAX;
 use multihome_proto::path::PathId;
+use multihome_proto::time::Instant;
+use multihome_runtime::dashboard::Live;
+use multihome_runtime::http::{HttpListener, Response};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -60,15 +64,45 @@ impl<C, B> Watch<C, B> for NoWatch {
     fn handle(&mut self, _clock: &Clock, _core: &mut C, _bind: &mut B) {}
 }
 
-/// The listeners that serve the core's status document; both optional (tests have none).
+/// The listeners that serve the core's status document and the history behind the
+/// dashboard; all optional (tests have none).
 #[derive(Default)]
 pub struct Services {
     /// The control socket (`multihome status`, `multihome reload`).
     pub control: Option<ControlSocket>,
     /// The Prometheus listener.
-    pub metrics: Option<tokio::net::TcpListener>,
+    pub metrics: Option<HttpListener>,
+    /// What runs beside the core and adds to its document: the server's resolver, whose
+    /// counters live on its own thread (`super::naming`), under `naming`.
+    pub resolver: Option<super::naming::ResolverStatus>,
+    /// The history of samples and events, and the dashboard if configured.
+    pub live: Option<Live>,
     /// Control connections whose request is being read.
     pub requests: Requests,
+}
+
+impl Services {
+    /// The status document: the core's, with what runs beside it.
+    /// With the clock it reads (`now_us`), so a reader can tell how long the oldest held
+    /// packet has waited (`hold.since_us`).
+    pub fn status(&self, core: &impl Core, now: Instant) -> serde_json::Value {
+        let mut v = core.status();
+        v["now_us"] = now.as_micros().into();
+        if let Some(r) = &self.resolver {
+            v["naming"] = r.json();
+        }
+        v
+    }
+
+    /// The status document as served: [`Self::status`], with the events when there is a
+    /// history.
+    fn document(&self, core: &impl Core, now: Instant) -> serde_json::Value {
+        let doc = self.status(core, now);
+        match &self.live {
+            Some(l) => l.document(doc),
+            None => doc,
+        }
+    }
 }
 
 /// Datagrams built but not yet sent, sent with one `sendmmsg` per run of one socket.
@@ -189,6 +223,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
         shutdown: impl Future<Output = ()>,
     ) -> Result<()> {
         tokio::pin!(shutdown);
+        let mut tick = Live::tick();
         loop {
             self.flush();
             let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
@@ -209,7 +244,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                     watch.handle(&self.clock, &mut self.core, &mut self.bind);
                 }
                 p = next_request(services), if services.control.is_some() => {
-                    self.answer(p, watch);
+                    self.answer(p, watch, services);
                 }
                 _ = poll_fn(|cx| hangup.as_mut().expect("guarded").poll_recv(cx)),
                     if hangup.is_some() => {
@@ -217,9 +252,21 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                     let _ = self.reload(watch);
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
-                    if let Ok((stream, _)) = m {
-                        let text = crate::metrics::render(&self.core.status());
-                        crate::metrics::reply(stream, text);
+                    if let (Ok(stream), Some(l)) = (m, &services.metrics) {
+                        let text = crate::metrics::render(&services.status(&self.core, self.clock.now()));
+                        l.serve(stream, move |_| {
+                            Response::ok("text/plain; version=0.0.4", text.into_bytes())
+                        });
+                    }
+                }
+                d = accept_dashboard(services), if services.live.is_some() => {
+                    if let (Ok(stream), Some(l)) = (d, &services.live) {
+                        l.serve(stream, services.document(&self.core, self.clock.now()));
+                    }
+                }
+                _ = tick.tick(), if services.live.is_some() => {
+                    if let Some(l) = &services.live {
+                        l.sample(&self.core.status());
                     }
                 }
             }
@@ -228,9 +275,9 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
 
     /// Answers a control request: the status document, or a reload's outcome as JSON
     /// (`{"reloaded": true, "changes": [...]}` or `{"reloaded": false, "error": ...}`).
-    fn answer(&mut self, p: Pending, watch: &mut impl Watch<C, B>) {
+    fn answer(&mut self, p: Pending, watch: &mut impl Watch<C, B>, services: &Services) {
         let doc = match &p.request {
-            Request::Status => self.core.status(),
+            Request::Status => services.document(&self.core, self.clock.now()),
             Request::Reload => match self.reload(watch) {
                 Ok(changes) => serde_json::json!({"reloaded": true, "changes": changes}),
                 Err(error) => serde_json::json!({"reloaded": false, "error": error}),
@@ -327,6 +374,10 @@ async fn next_request(s: &Services) -> Pending {
     s.requests.next(s.control.as_ref().expect("guarded")).await
 }
 
-async fn accept_metrics(s: &Services) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
+async fn accept_metrics(s: &Services) -> io::Result<tokio::net::TcpStream> {
     s.metrics.as_ref().expect("guarded").accept().await
+}
+
+async fn accept_dashboard(s: &Services) -> io::Result<tokio::net::TcpStream> {
+    s.live.as_ref().expect("guarded").accept().await
 }

@@ -109,6 +109,7 @@ fn apply(clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind, r: &ClientRe
         // The config allows no more rules than can be stated, so this cannot refuse.
         core.client.set_classifier(r.settings.classifier.clone());
     }
+    core.show_policies(&r.settings.classifier);
 }
 
 /// The server's config file and the settings in force.

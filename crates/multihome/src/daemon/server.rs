@@ -58,14 +58,22 @@ async fn run_loop(
         ),
         None => None,
     };
-    super::naming::serve(&s, &key)?;
-    let core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
+    let resolver = super::naming::serve(&s, &key)?;
+    let mut core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
+    let relays: Vec<_> = s.relays.iter().map(|r| r.spec()).collect();
+    // The config's validation made sure the list can be handed out.
+    anyhow::ensure!(
+        core.set_relays(&relays),
+        "the [[relay]] list cannot be handed out"
+    );
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
+        resolver,
+        live: Some(super::live("server", s.dashboard).await?),
         ..Services::default()
     };
-    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
+    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), relays = relays.len(), "server running");
     let mut bind = ListenBind::new(sock);
     if s.kernel_copies {
         // Same address, its own port: the fast path's rules match on the port.
