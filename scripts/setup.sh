@@ -75,6 +75,9 @@ say "python: virtualenv .venv with the lab's dependencies"
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 [ -x .venv/bin/python ] || quiet venv python3 -m venv .venv
 quiet pip .venv/bin/pip install -q -e . ruff
+# Matplotlib builds its font cache on first import and says so; done here, quietly, so the
+# demo's report prints nothing but itself.
+quiet matplotlib .venv/bin/python -c "import matplotlib.pyplot"
 
 say "cargo: building the release binaries (a few minutes the first time)"
 quiet cargo cargo build --release -p multihome -p linkem
