@@ -50,7 +50,8 @@ say "apt-get install ./$(basename "$deb")"
 apt-get install -y -q "$deb" >/tmp/multihome-apt.log 2>&1 || { cat /tmp/multihome-apt.log; fail "apt-get install"; }
 files=$(dpkg -L multihome)
 for f in /usr/bin/multihome /usr/share/doc/multihome/INSTALL.md \
-    /usr/share/doc/multihome/examples/client.toml /usr/share/man/man1/multihome.1.gz \
+    /usr/share/doc/multihome/examples/client.toml \
+    /usr/share/doc/multihome/examples/grafana-multihome.json /usr/share/man/man1/multihome.1.gz \
     /usr/share/man/man1/multihome-reload.1.gz /usr/share/man/man1/multihome-check-config.1.gz; do
     grep -qx "$f" <<<"$files" || fail "$f is not in the package"
     [ -e "$f" ] || fail "$f is not installed"
