@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod reload;
 pub mod resolve;
 pub mod status;
+pub mod status_text;
 
 /// The control socket `multihome status` reads (shared by every daemon).
 pub use multihome_runtime::control;
