@@ -74,7 +74,20 @@ say "python: virtualenv .venv with the lab's dependencies"
 # its own version: noise that hides what matters.
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 [ -x .venv/bin/python ] || quiet venv python3 -m venv .venv
-quiet pip .venv/bin/pip install -q -e . ruff
+# Debian 12's venv pip (23.0) is upgraded first, as the set-up always did before the lab is
+# installed; each pip step is tried three times, since one failed fetch from the package index
+# must not fail a whole set-up.
+retry() {
+    local i
+    for i in 1 2 3; do
+        "$@" && return 0
+        echo "  (attempt $i failed; retrying in $((i * 5)) s)"
+        sleep $((i * 5))
+    done
+    return 1
+}
+quiet pip-upgrade retry .venv/bin/pip install -q --upgrade pip
+quiet pip retry .venv/bin/pip install -q -e . ruff
 # Matplotlib builds its font cache on first import and says so; done here, quietly, so the
 # demo's report prints nothing but itself.
 quiet matplotlib .venv/bin/python -c "import matplotlib.pyplot"
