@@ -120,7 +120,7 @@ fn bounds_and_bad_relays_are_refused() {
         spec("a", "192.0.2.1:0", Mode::Nat),
         spec("a", "192.0.2.1:51900", Mode::NatTcp),
     ] {
-        assert!(encode(&[bad.clone()]).is_none(), "{bad:?}");
+        assert!(encode(std::slice::from_ref(&bad)).is_none(), "{bad:?}");
     }
     let same_name = spec("a", "192.0.2.2:51900", Mode::Nat);
     let same_addr = spec("b", "192.0.2.1:51900", Mode::Tunnel);

@@ -10,7 +10,11 @@ fn relay(i: u8) -> RelaySpec {
         name: format!("relay-{i}"),
         address: format!("192.0.2.{i}:51900").parse().unwrap(),
         key: crate::crypto::PublicKey([i; 32]),
-        mode: if i % 2 == 0 { Mode::Nat } else { Mode::Tunnel },
+        mode: if i.is_multiple_of(2) {
+            Mode::Nat
+        } else {
+            Mode::Tunnel
+        },
     }
 }
 
