@@ -335,10 +335,39 @@ fn naming_record_smoke() {
 /// Every input a fuzzer once crashed on, kept in `fuzz/regressions/<target>/` and replayed
 /// on stable so a fixed crash stays fixed even where nightly is unavailable.
 #[test]
+fn http_request_smoke() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let lines = [
+        &b"GET /api/history?since=1 HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        b"HEAD / HTTP/1.0\n\n",
+        b"POST /api/status HTTP/1.1\r\n\r\n",
+    ];
+    let mut parsed = 0;
+    for i in 0..RUNS {
+        // A valid head, kept whole, cut, or with a byte changed; or random bytes.
+        let mut b = lines[i % lines.len()].to_vec();
+        match rng.next_u32() % 4 {
+            0 => {}
+            1 => b.truncate((rng.next_u32() as usize) % b.len()),
+            2 => {
+                let at = (rng.next_u32() as usize) % b.len();
+                b[at] = rng.next_u32() as u8;
+            }
+            _ => b = bytes(&mut rng, 200),
+        }
+        parsed += usize::from(http_request(&b));
+    }
+    assert!(parsed > RUNS / 4, "too few heads parsed: {parsed}");
+}
+
+#[test]
 fn regressions_replay() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
-    let targets: [(&str, fn(&[u8])); 9] = [
+    let targets: [(&str, fn(&[u8])); 10] = [
         ("config", crate::config),
+        ("http_request", |b| {
+            crate::http_request(b);
+        }),
         ("naming_record", crate::naming_record),
         ("frames", crate::frames),
         ("handshake", crate::handshake),

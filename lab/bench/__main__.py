@@ -68,7 +68,8 @@ def main() -> int:
         "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
         "these cases or trace pairs by name; detours: "
         "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
-        "ranges 100-300 300-500 and the cross-check point fixed-400",
+        "ranges 100-300 300-500 and the cross-check point fixed-400; naming: latency cases by "
+        "name (lab/bench/naming.py CASES) and 'failover'",
     )
     parser.add_argument(
         "--scheduler",
@@ -137,7 +138,7 @@ def main() -> int:
                 isolate=args.isolate,
             )
         elif suite == "naming":
-            naming.main(seconds=int(args.seconds or 20), clients=args.clients)
+            naming.main(seconds=int(args.seconds or 20), clients=args.clients, only=args.cases)
         elif suite == "vehicular":
             vehicular.main(runs=args.runs, only=args.cases)
         else:

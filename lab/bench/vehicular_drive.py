@@ -16,7 +16,8 @@ Role: at each event of the schedule, do to the client's link what a Wi-Fi interf
 - edge of coverage (optional): loss steps before ``down`` (``linkem set both loss=...``).
 
 Invariants: events are applied in time order from one thread, each at its time relative to
-``start()`` (late by the ``ip`` commands' run time, a few ms, logged as ``lag``); ``stop()``
+``start()`` (late by the ``ip`` commands' run time, a few ms, logged as ``lag``; ``mono`` is
+CLOCK_MONOTONIC once the event is in place, the clock the lab's tools print); ``stop()``
 returns the link to attachment 0's state (carrier, address, routes) so the next trial starts
 connected. Only the namespaces of the topology are touched.
 """
@@ -83,12 +84,14 @@ class DrivePlayer:
             if self._stop.wait(max(0.0, delay)):
                 return
             self.apply(what, att)
+            done = time.monotonic()
             self.log.append(
                 {
                     "t": round(at, 3),
                     "event": what,
                     "index": att.index,
-                    "lag": round(time.monotonic() - self.t0 - at, 4),
+                    "lag": round(done - self.t0 - at, 4),
+                    "mono": done,
                 }
             )
 

@@ -9,6 +9,16 @@
 //!
 //! Open loop: requests go out on schedule whether or not earlier ones were answered, so a
 //! slow store shows as latency and timeouts, not as a lower offered rate.
+//!
+//! With [`LoadConfig::etcd`], the timed lookups go to the etcd cluster itself (one range
+//! read of the record's key, linearizable or serializable) instead of to the resolver: what
+//! a lookup costs a resolver that reads etcd per request, measured beside the resolver's own
+//! answers from its watched copy (the benchmark's comparison). Publishes and the final
+//! check still go through the resolver.
+//!
+//! With [`LoadConfig::lookup_resolver`], lookups go to another server's resolver than
+//! publishes; a lookup answered with a record older than one acknowledged before it was
+//! sent counts as *behind* (how far another server's copy trails).
 
 use crate::message::{Request, Response, Status};
 use crate::record::{Body, IdentityBody, Kind, LinkAddr, Record};
@@ -38,6 +48,76 @@ pub struct LoadConfig {
     pub lease_ms: u64,
     /// A request unanswered this long is a timeout.
     pub timeout: Duration,
+    /// Look up in etcd directly (see the module's doc).
+    pub etcd: Option<EtcdLookups>,
+    /// Send lookups to this resolver instead (another server sharing the store: records
+    /// published through one, looked up through the other).
+    pub lookup_resolver: Option<SocketAddr>,
+}
+
+/// Lookups read straight from etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdLookups {
+    /// Client URLs of the members.
+    pub endpoints: Vec<String>,
+    /// Serializable reads (answered by the member reached) instead of linearizable ones
+    /// (confirmed by a quorum first).
+    pub serializable: bool,
+}
+
+/// The outcome of one direct etcd lookup: its latency (µs), or `None` (failed or late).
+type EtcdAnswer = Option<u64>;
+
+/// Direct etcd lookups in flight: the client, and a channel their answers come back on.
+struct Direct {
+    client: etcd_client::Client,
+    serializable: bool,
+    answers: (
+        tokio::sync::mpsc::UnboundedSender<EtcdAnswer>,
+        tokio::sync::mpsc::UnboundedReceiver<EtcdAnswer>,
+    ),
+    inflight: usize,
+}
+
+impl Direct {
+    async fn connect(e: &EtcdLookups) -> std::io::Result<Direct> {
+        let client = etcd_client::Client::connect(&e.endpoints, None)
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok(Direct {
+            client,
+            serializable: e.serializable,
+            answers: tokio::sync::mpsc::unbounded_channel(),
+            inflight: 0,
+        })
+    }
+
+    /// Starts one read of `name`'s key; its answer comes back on the channel.
+    fn lookup(&mut self, name: SessionId, timeout: Duration) {
+        let mut c = self.client.clone();
+        let tx = self.answers.0.clone();
+        let mut opts = etcd_client::GetOptions::new();
+        if self.serializable {
+            opts = opts.with_serializable();
+        }
+        let k = crate::store::key(Kind::Identity, name);
+        self.inflight += 1;
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let r = tokio::time::timeout(timeout, c.get(k, Some(opts))).await;
+            let us = t.elapsed().as_micros() as u64;
+            let _ = tx.send(matches!(r, Ok(Ok(_))).then_some(us));
+        });
+    }
+
+    /// Counts an answer into `series`.
+    fn answered(&mut self, a: EtcdAnswer, series: &mut Series) {
+        self.inflight -= 1;
+        match a {
+            Some(us) => series.us.push(us),
+            None => series.timeouts += 1,
+        }
+    }
 }
 
 /// The deterministic key of record `i`.
@@ -71,6 +151,7 @@ struct Pending {
     sent: Instant,
     op: u8,
     index: u32,
+    /// Publish: the sequence number sent; lookup: the last one acknowledged when sent.
     seq: u64,
 }
 
@@ -80,6 +161,8 @@ struct Series {
     us: Vec<u64>,
     timeouts: u64,
     refused: u64,
+    /// Lookups answered with a record older than one acknowledged before they were sent.
+    behind: u64,
 }
 
 impl Series {
@@ -93,14 +176,15 @@ impl Series {
             self.us[i] as f64 / 1000.0
         };
         format!(
-            "{{\"n\": {}, \"p50_ms\": {:.3}, \"p95_ms\": {:.3}, \"p99_ms\": {:.3}, \"max_ms\": {:.3}, \"timeouts\": {}, \"refused\": {}}}",
+            "{{\"n\": {}, \"p50_ms\": {:.3}, \"p95_ms\": {:.3}, \"p99_ms\": {:.3}, \"max_ms\": {:.3}, \"timeouts\": {}, \"refused\": {}, \"behind\": {}}}",
             self.us.len(),
             q(0.5),
             q(0.95),
             q(0.99),
             q(1.0),
             self.timeouts,
-            self.refused
+            self.refused,
+            self.behind
         )
     }
 }
@@ -134,7 +218,8 @@ impl Load {
             kind: Kind::Identity,
             name,
         };
-        self.send(req, 1, i, 0).await;
+        let acked = self.acked[i as usize];
+        self.send(req, 1, i, acked).await;
     }
 
     async fn send(&mut self, req: Request, op: u8, index: u32, seq: u64) {
@@ -147,7 +232,11 @@ impl Load {
             seq,
         };
         self.pending.insert(id, p);
-        let _ = self.sock.send_to(&req.encode(id), self.cfg.resolver).await;
+        let dst = match (op, self.cfg.lookup_resolver) {
+            (1, Some(a)) => a,
+            _ => self.cfg.resolver,
+        };
+        let _ = self.sock.send_to(&req.encode(id), dst).await;
     }
 
     /// Takes an answer; returns the looked-up sequence number for verification.
@@ -174,6 +263,13 @@ impl Load {
             .first()
             .and_then(|b| crate::signed::verify(b).ok())
             .map(|rec| rec.seq);
+        if timed
+            && p.op == 1
+            && matches!(r.status, Status::Ok | Status::NotFound)
+            && seq.unwrap_or(0) < p.seq
+        {
+            self.lookup.behind += 1;
+        }
         // Only a definite answer counts (an unavailable store is asked again).
         let definite = matches!(r.status, Status::Ok | Status::NotFound);
         (p.op == 1 && definite).then_some((p.index, seq))
@@ -224,6 +320,10 @@ pub async fn run(cfg: LoadConfig) -> std::io::Result<String> {
         publish: Series::default(),
         lookup: Series::default(),
     };
+    let mut direct = match &cfg.etcd {
+        Some(e) => Some(Direct::connect(e).await?),
+        None => None,
+    };
     let mut buf = vec![0u8; 2048];
     let fill_start = Instant::now();
     fill(&mut l, &sock, &mut buf).await;
@@ -233,7 +333,7 @@ pub async fn run(cfg: LoadConfig) -> std::io::Result<String> {
         "naming-load: filled {} records in {fill_s:.1} s",
         cfg.records
     );
-    timed(&mut l, &sock, &mut buf).await;
+    timed(&mut l, &sock, &mut buf, direct.as_mut()).await;
     let (missing, stale, unanswered) = verify_all(&mut l, &sock, &mut buf).await;
     Ok(format!(
         "{{\"records\": {}, \"rate\": {}, \"lookup_rate\": {}, \"seconds\": {}, \"fill_s\": {:.2}, \"publish\": {}, \"lookup\": {}, \"verify\": {{\"missing\": {}, \"stale\": {}, \"unanswered\": {}}}}}",
@@ -260,8 +360,9 @@ async fn fill(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
     }
 }
 
-/// The timed phase: updates and lookups on schedule (open loop).
-async fn timed(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
+/// The timed phase: updates and lookups on schedule (open loop); lookups to etcd itself
+/// when `direct` is given.
+async fn timed(l: &mut Load, sock: &UdpSocket, buf: &mut [u8], mut direct: Option<&mut Direct>) {
     let start = tokio::time::Instant::now();
     let end = start + Duration::from_secs(u64::from(l.cfg.seconds));
     let every = |r: u32| Duration::from_secs_f64(1.0 / f64::from(r.max(1)));
@@ -284,7 +385,11 @@ async fn timed(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
                     next_pub += every(l.cfg.rate);
                 }
                 while next_look <= now && l.cfg.lookup_rate > 0 {
-                    l.send_lookup(pick(l.cfg.records)).await;
+                    let i = pick(l.cfg.records);
+                    match direct.as_deref_mut() {
+                        Some(d) => d.lookup(l.keys[i as usize].1.session_id(), l.cfg.timeout),
+                        None => l.send_lookup(i).await,
+                    }
                     next_look += every(l.cfg.lookup_rate);
                 }
                 if l.cfg.rate == 0 { next_pub = end; }
@@ -297,6 +402,19 @@ async fn timed(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
                     l.on_answer(&b, true);
                 }
             }
+            Some(a) = recv_direct(direct.as_deref_mut()) => {
+                let d = direct.as_deref_mut().expect("answers come from it");
+                d.answered(a, &mut l.lookup);
+            }
+        }
+    }
+    // Direct lookups still on their way (each ends by its own timeout).
+    if let Some(d) = direct {
+        while d.inflight > 0 {
+            let Some(a) = d.answers.1.recv().await else {
+                break;
+            };
+            d.answered(a, &mut l.lookup);
         }
     }
     // Answers still on their way.
@@ -312,6 +430,14 @@ async fn timed(l: &mut Load, sock: &UdpSocket, buf: &mut [u8]) {
     }
     l.expire(true);
     l.pending.clear();
+}
+
+/// The next direct etcd answer (never, without direct lookups).
+async fn recv_direct(d: Option<&mut Direct>) -> Option<EtcdAnswer> {
+    match d {
+        Some(d) => d.answers.1.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Looks every record up (64 in flight, three tries each): records acknowledged but not

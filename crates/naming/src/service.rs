@@ -10,18 +10,22 @@
 //! keeps renewing it: a dead server's record is gone one lease after it died, and its
 //! clients, which notice much sooner, exclude it themselves (`resolver.rs`).
 //!
+//! What it did is counted in [`ServiceStats`], shared with the daemon (which shows it in
+//! `multihome status` and its metrics): requests by kind and outcome, and the store's own
+//! counters — records refused by reason, and for etcd the watched copy's state.
+//!
 //! Invariant: nothing is stored that the store did not admit; the service signs only its
 //! own server record.
 
 use crate::message::{Request, Response, Status, RESPONSE_MAX};
 use crate::record::{Body, Kind, Record, ServerBody};
 use crate::signed::{Refusal, SignedRecord};
-use crate::store::{RecordStore, StoreError};
+use crate::store::{RecordStore, StoreError, StoreStats};
 use multihome_proto::crypto::StaticSecret;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 
@@ -42,6 +46,44 @@ pub struct ServiceConfig {
     /// Lease of the server's record (ms).
     pub lease_ms: u64,
 }
+
+/// What the service counts (status and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceStats {
+    /// Lookups answered (found or not).
+    pub lookups: u64,
+    /// Server lists answered.
+    pub server_lists: u64,
+    /// Publishes answered (stored or refused).
+    pub publishes: u64,
+    /// Lookups of a name with no live record.
+    pub not_found: u64,
+    /// Requests answered "unavailable" (the store failed).
+    pub unavailable: u64,
+    /// Requests dropped because [`MAX_CONCURRENT`] were being answered.
+    pub dropped_busy: u64,
+    /// The store's counters, as of the last request.
+    pub store: StoreStats,
+}
+
+impl ServiceStats {
+    /// Counts one answer.
+    pub fn count(&mut self, resp: &Response) {
+        match resp.op {
+            1 => self.lookups += 1,
+            2 => self.server_lists += 1,
+            _ => self.publishes += 1,
+        }
+        match resp.status {
+            Status::NotFound => self.not_found += 1,
+            Status::Unavailable => self.unavailable += 1,
+            _ => {}
+        }
+    }
+}
+
+/// The counters, shared between the service's thread and the daemon's.
+pub type SharedStats = Arc<Mutex<ServiceStats>>;
 
 /// Unix time in ms (the service's only clock).
 pub fn unix_ms() -> u64 {
@@ -131,12 +173,14 @@ pub fn server_record(cfg: &ServiceConfig, seq: u64, load: u32, now_ms: u64) -> S
 }
 
 /// Runs the service on `sock` for ever (drop the runtime to stop it). `load` is the number of
-/// sessions, refreshed by the caller. Must run inside a `tokio::task::LocalSet`.
+/// sessions, refreshed by the caller; `stats` is updated after every answer. Must run inside
+/// a `tokio::task::LocalSet`.
 pub async fn run<S: RecordStore + 'static>(
     store: Rc<S>,
     cfg: ServiceConfig,
     sock: UdpSocket,
     load: Arc<AtomicU32>,
+    stats: SharedStats,
 ) {
     let sock = Rc::new(sock);
     let responder = cfg.key.public_key().session_id();
@@ -165,14 +209,18 @@ pub async fn run<S: RecordStore + 'static>(
             continue;
         };
         if busy.get() >= MAX_CONCURRENT {
+            stats.lock().expect("never poisoned").dropped_busy += 1;
             continue;
         }
         busy.set(busy.get() + 1);
-        let (store, sock, busy) = (store.clone(), sock.clone(), busy.clone());
+        let (store, sock, busy, stats) = (store.clone(), sock.clone(), busy.clone(), stats.clone());
         tokio::task::spawn_local(async move {
             let resp = answer(&*store, id, req, responder, unix_ms()).await;
             let _ = sock.send_to(&resp.encode(), from).await;
             busy.set(busy.get() - 1);
+            let mut st = stats.lock().expect("never poisoned");
+            st.count(&resp);
+            st.store = store.stats();
         });
     }
 }

@@ -27,7 +27,7 @@ pub const DEFAULT_DETOURS: u32 = 2;
 pub const MAX_RELAYS: usize = MAX_HANDED_RELAYS;
 
 /// One relay of the client.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RelaySettings {
     /// Name in status and path names ("LINK via NAME"); default: the address.
     pub name: String,

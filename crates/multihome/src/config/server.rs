@@ -43,6 +43,8 @@ pub struct ServerSettings {
     pub control_socket: PathBuf,
     /// Prometheus listen address.
     pub metrics_listen: Option<SocketAddr>,
+    /// The web dashboard's address (`dashboard`; none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Detection time.
     pub detect: Duration,
     /// TUN MTU.
@@ -131,6 +133,11 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
             .metrics_listen
             .as_ref()
             .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        dashboard: s
+            .dashboard
+            .as_ref()
+            .map(|m| parse_addr(src, m, "dashboard"))
             .transpose()?,
         detect: parse_detect(src, s.detect_ms.as_ref())?,
         mtu,

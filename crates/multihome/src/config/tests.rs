@@ -34,6 +34,23 @@ fn valid_client() {
 }
 
 #[test]
+fn dashboard_is_off_unless_given_and_located_when_wrong() {
+    let base = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert_eq!(base.dashboard, None);
+    let on = client_src(
+        "server = \"10.0.1.1:7000\"\ndashboard = \"127.0.0.1:8080\"\n",
+        LINKS,
+    );
+    assert_eq!(
+        client(&on).unwrap().dashboard,
+        Some("127.0.0.1:8080".parse().unwrap())
+    );
+    let e = client(&on.replace("127.0.0.1:8080", "localhost:8080")).unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.message.contains("dashboard `localhost:8080`"), "{e}");
+}
+
+#[test]
 fn unknown_key_names_line() {
     let t = client_src("server = \"10.0.1.1:7000\"\ntun_adress = \"x\"\n", LINKS);
     let e = client(&t).unwrap_err();

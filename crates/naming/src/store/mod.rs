@@ -4,15 +4,22 @@
 //! Both implementations admit every record (`signed::admit`) before storing it, replace a
 //! stored record only with a higher sequence number (`signed::supersedes`, checked inside
 //! the store's own transaction, so two servers racing cannot store an older record last),
-//! decode what they read again (etcd, which other servers write too, also re-verifies
-//! signatures) and never return an expired record: a dead attachment vanishes when its
-//! lease ends, and `sweep` (embedded) or the etcd lease removes it from the database.
+//! and never return an expired record: a dead attachment vanishes when its lease ends, and
+//! `sweep` (embedded) or the etcd lease removes it from the database.
+//!
+//! What a read sees: a record put through a handle is found through that handle as soon
+//! as the put returned. Through another handle on the same records (another server on the
+//! same etcd cluster) it is found once that handle's copy caught up — etcd reads come from
+//! a cache the cluster's watch keeps current (`etcd.rs`, `crate::cache`), milliseconds
+//! behind. The embedded store has one handle per file, so it is found at once.
 //!
 //! The same test suite runs against both (`tests/stores.rs`).
 
 pub mod embedded;
 pub mod etcd;
+mod etcd_feed;
 
+use crate::cache::CacheStats;
 use crate::record::Kind;
 use crate::signed::{Refusal, RefusalCounts, SignedRecord};
 use multihome_proto::crypto::SessionId;
@@ -50,8 +57,29 @@ pub trait RecordStore {
     ) -> Result<Option<SignedRecord>, StoreError>;
     /// Every live record of `kind`.
     async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError>;
-    /// Refusals so far, by reason.
+    /// Records refused when put, so far, by reason.
     fn refusals(&self) -> RefusalCounts;
+    /// What status shows of the store.
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            refused: self.refusals(),
+            ..StoreStats::default()
+        }
+    }
+}
+
+/// A store's counters for status and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Records refused when put (publishes), by reason.
+    pub refused: RefusalCounts,
+    /// Records found in a shared store that fail its checks (written there by someone
+    /// else: forged, replayed, misplaced), by reason; never served.
+    pub refused_in_store: RefusalCounts,
+    /// The watched copy's counters (etcd).
+    pub cache: Option<CacheStats>,
+    /// Is the watch open (etcd)?
+    pub feed_up: Option<bool>,
 }
 
 /// The database key of a record: `mh/1/<i|s>/<32 hex digits>`.
@@ -87,17 +115,6 @@ impl Counter {
     pub(crate) fn get(&self) -> RefusalCounts {
         *self.0.lock().expect("never poisoned")
     }
-}
-
-/// A stored value read back: verified, of the asked name and kind, and live.
-pub(crate) fn read_back(
-    bytes: &[u8],
-    kind: Kind,
-    name: Option<SessionId>,
-    now_ms: u64,
-) -> Option<SignedRecord> {
-    let s = crate::signed::admit(bytes, now_ms).ok()?;
-    (s.kind() == kind && name.is_none_or(|n| s.name() == n)).then_some(s)
 }
 
 /// A stored value of a file only this store writes (after admission): decoded and checked
@@ -158,6 +175,13 @@ impl RecordStore for Store {
         match self {
             Store::Embedded(s) => s.refusals(),
             Store::Etcd(s) => s.refusals(),
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        match self {
+            Store::Embedded(s) => s.stats(),
+            Store::Etcd(s) => s.stats(),
         }
     }
 }

@@ -140,6 +140,19 @@ impl Client {
         self.session.set_path_available(now, id, available);
     }
 
+    /// Replaces the flow classification rules (a configuration reload): packets read from
+    /// now on are classified by them, and they are stated to the server under a new epoch
+    /// (`session/stated.rs`), which then applies them to the downlink. Nothing else of the
+    /// session changes. False (and nothing replaced) if they cannot be stated (more than
+    /// `MAX_STATED_RULES` rules; the config refuses that).
+    pub fn set_classifier(&mut self, classifier: Classifier) -> bool {
+        if !self.session.state_policy(&classifier) {
+            return false;
+        }
+        self.cfg.classifier = classifier;
+        true
+    }
+
     /// Takes the relay lists the server hands out (docs/PROTOCOL.md §15.7): every
     /// handshake from now on says so, and the session applies them (`take_server_relays`).
     pub fn accept_relays(&mut self) {

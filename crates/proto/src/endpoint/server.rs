@@ -138,11 +138,7 @@ impl Server {
                 takes_relays: false,
             })
             .collect();
-        // The first peer listed with a key is the one a handshake finds (as a scan would).
-        let mut by_key = HashMap::new();
-        for (i, p) in cfg.peers.iter().enumerate() {
-            by_key.entry(p.public_key).or_insert(i);
-        }
+        let by_key = key_index(&cfg.peers);
         Server {
             routes: Routes::new(&cfg.peers),
             timers: RefCell::new(Timers::new(peers.len())),
@@ -167,6 +163,72 @@ impl Server {
                 encoded: Vec::new(),
             },
         }
+    }
+
+    /// Replaces the peer list (a configuration reload). A peer whose key is listed again
+    /// keeps its session, keys and handshake timestamp — its connections go on — under its
+    /// new name and `allowed_ips`; a peer whose key is gone loses its session at once (its
+    /// datagrams count as `rx_unknown_index`, its prefixes have no route); a new key may
+    /// handshake from now on. Per-packet state is rebuilt for the new numbering: routes,
+    /// key and receiver-index lookups, deadlines (all recomputed at the next
+    /// `poll_timeout`) and the ready sets (every session polled once more).
+    pub fn set_peers(&mut self, peers: Vec<PeerConfig>) {
+        let mut old: Vec<Option<Peer>> = std::mem::take(&mut self.peers)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut renumber = vec![None; old.len()];
+        for cfg in &peers {
+            let kept = self.by_key.get(&cfg.public_key).and_then(|&i| {
+                let p = old[i].take()?;
+                renumber[i] = Some(self.peers.len());
+                Some(p)
+            });
+            self.peers.push(match kept {
+                Some(p) => Peer {
+                    cfg: cfg.clone(),
+                    ..p
+                },
+                None => Peer {
+                    cfg: cfg.clone(),
+                    last_timestamp: 0,
+                    session: None,
+                    takes_relays: false,
+                },
+            });
+        }
+        let n = self.peers.len();
+        self.by_index.retain(|_, pi| match renumber[*pi] {
+            Some(new) => {
+                *pi = new;
+                true
+            }
+            None => false,
+        });
+        self.events.retain_mut(|(pi, _)| match renumber[*pi] {
+            Some(new) => {
+                *pi = new;
+                true
+            }
+            None => false,
+        });
+        self.by_key = key_index(&peers);
+        self.routes = Routes::new(&peers);
+        self.cfg.peers = peers;
+        let mut timers = Timers::new(n);
+        (self.tx_ready, self.rx_ready) = (PeerSet::new(n), PeerSet::new(n));
+        for i in 0..n {
+            timers.touch(i);
+            self.tx_ready.insert(i);
+            self.rx_ready.insert(i);
+        }
+        self.timers = RefCell::new(timers);
+        (self.next_tx_peer, self.next_rx_peer) = (0, 0);
+    }
+
+    /// Replaces the policy of downstream flows the client has not used yet (a reload).
+    pub fn set_default_policy(&mut self, policy: Policy) {
+        self.cfg.default_policy = policy;
     }
 
     /// Hands `list` to every client that takes relay lists, now and at its next handshakes
@@ -457,4 +519,14 @@ impl Server {
         let (pi, e) = self.events.pop_front()?;
         Some((self.peers[pi].cfg.name.as_str(), e))
     }
+}
+
+/// Key to peer: the first peer listed with a key is the one a handshake finds (as a scan
+/// would).
+fn key_index(peers: &[PeerConfig]) -> HashMap<PublicKey, usize> {
+    let mut by_key = HashMap::new();
+    for (i, p) in peers.iter().enumerate() {
+        by_key.entry(p.public_key).or_insert(i);
+    }
+    by_key
 }

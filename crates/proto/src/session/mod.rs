@@ -310,6 +310,11 @@ impl Session {
         self.id
     }
 
+    /// The configuration it was made with (bounds shown by `status`).
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
     /// Counters (the hold's gauges as of now).
     pub fn counters(&self) -> SessionCounters {
         let h = self.hold_stats();

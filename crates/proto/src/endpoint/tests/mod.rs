@@ -19,6 +19,7 @@ mod realtime;
 mod realtime_video;
 mod redundant;
 mod relays;
+mod reload;
 mod reordering;
 mod stated;
 mod throughput;
