@@ -200,7 +200,8 @@ def test_single_homed_client_gains_a_detour(lab: Lab, multihome_bin: Path) -> No
 def test_server_hands_out_the_relay(lab: Lab, multihome_bin: Path) -> None:
     """The client's config lists no relay; the server's lists one and hands it out: the client
     gains a detour path through it (status: "direct via rly", source server) and a transfer
-    arrives intact over both paths."""
+    arrives intact over both paths; once a reload empties the server's list, the client
+    retires the detour."""
     topo = start(lab, multihome_bin, "nat", handed=True)
     assert "relay" not in tomllib.loads((topo.dir / "client.toml").read_text())
     st = topo.status()["detours"]
@@ -219,6 +220,22 @@ def test_server_hands_out_the_relay(lab: Lab, multihome_bin: Path) -> None:
     assert moved[DETOUR] > 0, moved
     assert moved["direct"] > 0, moved
     assert topo.detour_link()["state"] == "up"
+    # The server stops handing the relay out (`multihome reload`): the client retires the
+    # detour — path down, entry released at the relay — and forgets the relay.
+    path = topo.dir / "server.toml"
+    cfg = tomllib.loads(path.read_text())
+    del cfg["relay"]
+    path.write_text(tomli_w.dumps(cfg))
+    res = topo.srv.run([str(topo.binary), "reload", "--config", str(path)], check=False)
+    assert res.returncode == 0 and "relays handed out: none" in res.stdout, res
+    topo.wait_detour("down", timeout=5)
+    deadline = time.monotonic() + 5
+    while topo.status()["detours"]["relays"]:
+        assert time.monotonic() < deadline, topo.status()["detours"]
+        time.sleep(0.1)
+    relay = topo.status("relay", sock=topo.dir / "relay.sock")
+    assert relay["detours"] == 0 and relay["counters"]["released"] == 1, relay
+    assert topo.link_states()["direct"] == "up"
 
 
 def test_relay_killed_mid_transfer(lab: Lab, multihome_bin: Path) -> None:

@@ -5,10 +5,11 @@
 //! What a reload may change: on a client, the links (a `[[link]]` added or removed, a
 //! link's interface, server or cost changed) and the policies (`[policy]` default and
 //! rules); on a server, the peers (`[[peer]]` added, removed, renamed, `allowed_ips`
-//! changed; a peer is its public key) and `default_policy`. Everything else is fixed at
-//! start — keys, the TUN device and its routes, sockets, timers, ciphers, relays, name
-//! resolution — and a file that changes any of it is refused, naming the key and its
-//! line, and the running configuration stays in force: a reload applies all of a file or
+//! changed; a peer is its public key), `default_policy` and the relays it hands its
+//! clients (`[[relay]]`, docs/PROTOCOL.md §15.7). Everything else is fixed at start —
+//! keys, the TUN device and its routes, sockets, timers, ciphers, a client's relays, name
+//! resolution — and a file that changes any of it is refused, naming the key and its line,
+//! and the running configuration stays in force: a reload applies all of a file or
 //! nothing.
 //!
 //! Invariants: a link keeps its path id across reloads (matched by name), so its session
@@ -285,6 +286,8 @@ pub struct ServerReload {
     pub changed: Vec<PeerSettings>,
     /// Whether `default_policy` changed.
     pub default_changed: bool,
+    /// Whether the `[[relay]]` list handed to the clients changed.
+    pub relays_changed: bool,
 }
 
 impl ServerReload {
@@ -316,8 +319,24 @@ impl ServerReload {
                 self.settings.default_policy.name()
             ));
         }
+        if self.relays_changed {
+            let names: Vec<&str> = self
+                .settings
+                .relays
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect();
+            out.push(match names.is_empty() {
+                true => "relays handed out: none".to_string(),
+                false => format!("relays handed out: {}", names.join(", ")),
+            });
+        }
         out
     }
+}
+
+fn specs(relays: &[super::detours::RelaySettings]) -> Vec<multihome_proto::detour::RelaySpec> {
+    relays.iter().map(|r| r.spec()).collect()
 }
 
 /// Validates the new `server.toml` in `src` against `old`, the settings in force. Peers
@@ -334,7 +353,7 @@ pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, Co
     refuse_first(
         src,
         "server",
-        "[[peer]] and default_policy",
+        "[[peer]], default_policy and [[relay]]",
         &[
             ("listen", "listen", old.listen != new.listen),
             (
@@ -402,6 +421,7 @@ pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, Co
             .cloned()
             .collect(),
         default_changed: old.default_policy != new.default_policy,
+        relays_changed: specs(&old.relays) != specs(&new.relays),
         settings: new,
     })
 }

@@ -193,6 +193,26 @@ fn server_peers_are_matched_by_key() {
     assert_eq!(r.removed[0].name, "home");
 }
 
+/// The relays handed to the clients may change; the change is listed.
+#[test]
+fn server_relays_may_change() {
+    let peers = [("home", PEER_A, "10.200.0.2/32")];
+    let relay = |name: &str| {
+        format!(
+            "\n[[relay]]\nname = \"{name}\"\naddress = \"10.0.80.2:51900\"\npublic_key = \"{PEER_B}\"\n"
+        )
+    };
+    let old = server::validate(&src(&(server_file(&peers, "") + &relay("rly")))).unwrap();
+    let same = reload::server(&src(&(server_file(&peers, "") + &relay("rly"))), &old).unwrap();
+    assert!(!same.relays_changed);
+    assert!(same.describe().is_empty());
+    let renamed = server_file(&peers, "") + &relay("fra");
+    let r = reload::server(&src(&renamed), &old).unwrap();
+    assert_eq!(r.describe(), ["relays handed out: fra"]);
+    let r = reload::server(&src(&server_file(&peers, "")), &old).unwrap();
+    assert_eq!(r.describe(), ["relays handed out: none"]);
+}
+
 #[test]
 fn a_server_key_fixed_at_start_is_refused_on_its_line() {
     let peers = [("home", PEER_A, "10.200.0.2/32")];

@@ -109,27 +109,31 @@ impl Detours {
 
     /// Reports the session's paths, runs the manager's timers, applies its actions.
     pub fn handle_timeout(&mut self, now: Instant, client: &mut Client, names: &mut Vec<String>) {
-        let obs: Vec<PathObs> = client
-            .session()
-            .paths()
-            .map(|p| {
-                let v = p.view(now);
-                PathObs {
-                    id: p.id(),
-                    state: v.state,
-                    min_rtt: v.measured.then_some(v.min_rtt),
-                    rate_bps: v.bandwidth_bps,
-                    busy: v.bw_valid && v.inflight_bytes > 0,
-                }
-            })
-            .collect();
         self.now = now;
         if let Some(list) = client.take_server_relays() {
             let names: Vec<&str> = list.iter().map(|r| r.name.as_str()).collect();
             tracing::info!(relays = ?names, "relay list from the server");
             self.manager.set_server_relays(now, list);
         }
-        self.manager.observe(now, &obs);
+        // No candidate (no relay of its own, none from the server yet): nothing to observe
+        // — this runs at every timer of the client, relays or not.
+        if self.manager.poll_timeout().is_some() {
+            let obs: Vec<PathObs> = client
+                .session()
+                .paths()
+                .map(|p| {
+                    let v = p.view(now);
+                    PathObs {
+                        id: p.id(),
+                        state: v.state,
+                        min_rtt: v.measured.then_some(v.min_rtt),
+                        rate_bps: v.bandwidth_bps,
+                        busy: v.bw_valid && v.inflight_bytes > 0,
+                    }
+                })
+                .collect();
+            self.manager.observe(now, &obs);
+        }
         if self.manager.poll_timeout().is_some_and(|t| t <= now) {
             self.manager.handle_timeout(now);
         }

@@ -16,7 +16,9 @@
 //! Server ([`ServerReloader`], in the loop through [`ServerWatch`]): the peers are
 //! replaced (`Server::set_peers`: a peer whose key stays keeps its session), the routes
 //! of `allowed_ips` into the TUN device follow (new ones added before the core changes,
-//! gone ones removed after), and `Server::set_default_policy`.
+//! gone ones removed after), `Server::set_default_policy`, and the relays handed to the
+//! clients (`Server::set_relays`: a new epoch, so every client that takes lists gets it and
+//! retires the relays it lacks, docs/PROTOCOL.md §15.7).
 //!
 //! Invariant: all or nothing — anything refused (the file, a key fixed at start, a missing
 //! interface) is found before the first change, and the settings in force stay as they were.
@@ -182,6 +184,13 @@ fn apply_server(core: &mut Server, r: &ServerReload) {
     }
     if r.default_changed {
         core.set_default_policy(r.settings.default_policy);
+    }
+    if r.relays_changed {
+        let relays: Vec<_> = r.settings.relays.iter().map(|r| r.spec()).collect();
+        // Validated like at start (`config::detours::parse_server`): it can be handed out.
+        if !core.set_relays(&relays) {
+            tracing::warn!("the new [[relay]] list cannot be handed out; the old one stays");
+        }
     }
 }
 
