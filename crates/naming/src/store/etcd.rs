@@ -41,7 +41,7 @@
 //! served.
 
 use super::etcd_feed::{self, Feed};
-use super::{key, Counter, RecordStore, StoreError, StoreStats};
+use super::{key, Counter, RecordReader, RecordStore, StoreError, StoreStats};
 use crate::cache::RecordCache;
 use crate::record::{Kind, Record};
 use crate::signed::{admit, supersedes, Refusal, RefusalCounts, SignedRecord};
@@ -84,6 +84,7 @@ pub struct EtcdStore {
     /// Lease per bucket end (Unix seconds).
     leases: Mutex<BTreeMap<u64, i64>>,
     cache: Arc<Mutex<RecordCache>>,
+    reader: Arc<CacheReader>,
     /// The task following the watch (stopped when the store is dropped).
     feed: Feed,
     counter: Counter,
@@ -121,6 +122,7 @@ impl EtcdStore {
         Ok(EtcdStore {
             client,
             leases: Mutex::new(BTreeMap::new()),
+            reader: Arc::new(CacheReader(cache.clone())),
             cache,
             feed,
             counter: Counter::default(),
@@ -255,17 +257,8 @@ impl RecordStore for EtcdStore {
         )))
     }
 
-    async fn get(
-        &self,
-        kind: Kind,
-        name: SessionId,
-        now_ms: u64,
-    ) -> Result<Option<SignedRecord>, StoreError> {
-        Ok(self.lock().get(kind, name, now_ms))
-    }
-
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
-        Ok(self.lock().list(kind, now_ms))
+    fn reader(&self) -> Arc<dyn RecordReader> {
+        self.reader.clone()
     }
 
     fn refusals(&self) -> RefusalCounts {
@@ -280,5 +273,27 @@ impl RecordStore for EtcdStore {
             cache: Some(c.stats()),
             feed_up: Some(self.feed.is_up()),
         }
+    }
+}
+
+/// Reads of the watched copy (a lock held for one map lookup).
+pub struct CacheReader(Arc<Mutex<RecordCache>>);
+
+impl RecordReader for CacheReader {
+    fn get(
+        &self,
+        kind: Kind,
+        name: SessionId,
+        now_ms: u64,
+    ) -> Result<Option<SignedRecord>, StoreError> {
+        Ok(self
+            .0
+            .lock()
+            .expect("never poisoned")
+            .get(kind, name, now_ms))
+    }
+
+    fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
+        Ok(self.0.lock().expect("never poisoned").list(kind, now_ms))
     }
 }
