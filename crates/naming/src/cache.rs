@@ -94,6 +94,8 @@ pub struct CacheStats {
     pub resumes: u64,
     /// The revision the cache reflects.
     pub revision: i64,
+    /// Reads that waited for the copy's lock (kept by the reader, not the cache).
+    pub reads_waited: u64,
 }
 
 struct Entry {

@@ -534,6 +534,7 @@ fn server_status(s: &ServiceStats, store: &str) -> serde_json::Value {
             "applied": c.applied,
             "relists": c.relists,
             "resumes": c.resumes,
+            "reads_waited": c.reads_waited,
             "watch_up": s.store.feed_up.unwrap_or(false),
         });
     }
