@@ -206,7 +206,8 @@ def latency(
         time.sleep(max(0.0, seconds - 0.5 - (time.monotonic() - t0)))
         used = usage_delta(before, usage(nl, procs), time.monotonic() - t0)
         probe.wait(30)
-        used["wakeup"] = json.loads(probe.output().strip().splitlines()[-1])
+        out = probe.output().strip().splitlines()
+        used["wakeup"] = json.loads(out[-1]) if out else None
         load.wait(seconds + 600)
         # What each resolver's operator sees (requests, drops, refusals, the etcd copy).
         resolvers = [nl.server_status(i).get("naming") for i in range(servers)]
