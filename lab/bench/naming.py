@@ -318,7 +318,7 @@ def summarize(lat: list[dict], fo: dict | None) -> dict:
 
 
 def plot(lat: list[dict], fo: dict | None):  # noqa: ANN201 (a matplotlib Figure)
-    fig, (ax1, ax2) = figure(ncols=2, width=13, height=4.5)
+    fig, (ax1, ax2) = figure(ncols=2, width=13, height=5)
     width = 0.13
     for n, r in enumerate(lat):
         for m, (op, q) in enumerate(
@@ -335,11 +335,11 @@ def plot(lat: list[dict], fo: dict | None):  # noqa: ANN201 (a matplotlib Figure
                 label=f"{op} {q[:3]}" if n == 0 else None,
             )
     ax1.axhline(LOOKUP_P95_BAR_MS, color="k", ls="--", lw=1, label="lookup p95 bar")
-    ax1.set_xticks(range(len(lat)), [r["case"].replace(", ", ",\n") for r in lat], fontsize=7)
+    ax1.set_xticks(range(len(lat)), [r["case"] for r in lat], fontsize=7, rotation=20, ha="right")
     ax1.set_yscale("log")
     ax1.set_ylabel("latency (ms)")
-    ax1.set_title(f"{RECORDS} records, {RATE} updates/s + {LOOKUP_RATE} lookups/s")
-    ax1.legend(fontsize=7)
+    ax1.set_title(f"{RECORDS} records, {RATE} updates/s + {LOOKUP_RATE} lookups/s", pad=34)
+    ax1.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     fs = fo["failover_s"] if fo else []
     if fs:
         ax2.plot(fs, [(i + 1) / len(fs) for i in range(len(fs))], drawstyle="steps-post")
