@@ -139,12 +139,16 @@ def _failover(d: dict) -> list[tuple[str, dict]]:
 def _naming(d: dict) -> list[tuple[str, dict]]:
     out = []
     for r in d["latency"]:
-        case = r["store"] + (" leader killed" if r.get("killed_leader") is not None else "")
+        # Older results had no case names: the store, and whether the leader was killed.
+        killed = " leader killed" if r.get("killed_leader") is not None else ""
+        case = r.get("case") or r["store"] + killed
         f = {f"publish_{k}": _r(v) for k, v in r["publish"].items() if k.endswith("_ms")}
         f |= {f"lookup_{k}": _r(v) for k, v in r["lookup"].items() if k.endswith("_ms")}
         f["records_lost"] = r["verify"]["missing"] + r["verify"]["stale"]
         out.append((case, f))
     fo = d["failover"]
+    if not fo:
+        return out
     fs = fo["failover_s"]
     f = {"clients": fo["clients"], "moved": fo["moved"], "without_server": fo["without_server"]}
     if fs:

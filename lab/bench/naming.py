@@ -38,7 +38,7 @@ from pathlib import Path
 
 from lab.bench.common import figure, progress, save
 from lab.naming import RESOLVER_PORT, NamingLab, server_ip, wait_for
-from lab.netns import Lab, LabError
+from lab.netns import Lab, LabError, Namespace
 
 RECORDS, RATE, LOOKUP_RATE = 10_000, 1_000, 1_000
 LOOKUP_P95_BAR_MS, FAILOVER_BAR_S = 5.0, 3.0
@@ -60,6 +60,22 @@ def etcd_leader(nl: NamingLab) -> int:
         if st["Status"]["header"]["member_id"] == st["Status"]["leader"]:
             return j
     raise LabError("no etcd leader")
+
+
+# The raw path of a lookup's one wake-up: a process of its own that sleeps 1 ms at a time
+# and records how late it woke (the machine's wait for a CPU, beside the resolver's).
+WAKEUP_PROBE = """
+import json, sys, time
+end, late = time.monotonic() + float(sys.argv[1]), []
+while time.monotonic() < end:
+    t = time.monotonic()
+    time.sleep(0.001)
+    late.append(time.monotonic() - t - 0.001)
+late.sort()
+q = lambda p: round(1e3 * late[int(p * (len(late) - 1))], 3)
+print(json.dumps({"n": len(late), "p50_ms": q(0.5), "p95_ms": q(0.95), "p99_ms": q(0.99),
+                  "max_ms": q(1.0)}))
+"""
 
 
 def cpu_s(pid: int) -> float | None:
@@ -93,9 +109,20 @@ def etcd_metrics(nl: NamingLab, j: int) -> dict[str, float]:
     return out
 
 
+def udp_counters(ns: Namespace) -> dict[str, int]:
+    """The namespace's UDP counters (/proc/net/snmp): datagrams in, dropped for a full
+    receive buffer."""
+    lines = [ln.split() for ln in ns.run(["cat", "/proc/net/snmp"]).stdout.splitlines()]
+    udp = [ln[1:] for ln in lines if ln and ln[0] == "Udp:"]
+    table = dict(zip(udp[0], map(int, udp[1]), strict=True))
+    return {k: table[k] for k in ("InDatagrams", "RcvbufErrors")}
+
+
 def usage(nl: NamingLab, procs: dict[str, int]) -> dict:
-    """CPU seconds per process and the etcd members' metrics, now."""
+    """CPU seconds per process, UDP drops per namespace and the etcd members' metrics, now."""
     snap: dict = {"cpu_s": {name: cpu_s(pid) for name, pid in procs.items()}, "etcd": {}}
+    snap["udp"] = {"load": udp_counters(nl.cli[0])}
+    snap["udp"] |= {f"server{i}": udp_counters(ns) for i, ns in enumerate(nl.srv)}
     for j, m in enumerate(nl.etcd):
         if m.proc is not None and m.proc.alive():
             snap["etcd"][f"m{j}"] = etcd_metrics(nl, j)
@@ -127,7 +154,8 @@ def usage_delta(a: dict, b: dict, seconds: float) -> dict:
             ),
             "proposals_per_s": round(d["etcd_server_proposals_committed_total"] / seconds, 1),
         }
-    return {"cores": share, "etcd": etcd}
+    udp = {ns: {k: b["udp"][ns][k] - a["udp"][ns][k] for k in a["udp"][ns]} for ns in a["udp"]}
+    return {"cores": share, "etcd": etcd, "udp": udp}
 
 
 def latency(
@@ -167,6 +195,7 @@ def latency(
         procs |= {f"etcd{j}": m.proc.pid for j, m in enumerate(nl.etcd) if m.proc}
         # The timed phase starts after the fill, which the load reports.
         wait_for(lambda: "filled" in load.output() or not load.alive(), 300, "load filled")
+        probe = nl.cli[0].spawn(["python3", "-c", WAKEUP_PROBE, str(seconds - 1)], "probe")
         t0, before = time.monotonic(), usage(nl, procs)
         killed = None
         if kill_leader:
@@ -176,9 +205,15 @@ def latency(
             nl.kill_etcd(killed)
         time.sleep(max(0.0, seconds - 0.5 - (time.monotonic() - t0)))
         used = usage_delta(before, usage(nl, procs), time.monotonic() - t0)
+        probe.wait(30)
+        out = probe.output().strip().splitlines()
+        used["wakeup"] = json.loads(out[-1]) if out else None
         load.wait(seconds + 600)
+        # What each resolver's operator sees (requests, drops, refusals, the etcd copy).
+        resolvers = [nl.server_status(i).get("naming") for i in range(servers)]
         result = json.loads(load.output().strip().splitlines()[-1])
         result |= {"store": store, "ping_rtt_ms": rtt, "killed_leader": killed, "usage": used}
+        result |= {"resolvers": resolvers}
         result |= {
             "lookups_from": f"etcd ({etcd_read} read)"
             if etcd_read
@@ -245,16 +280,19 @@ def failover(clients: int) -> dict:
 
 
 # Latency cases: name -> arguments of latency(). The first four answer lookups through a
-# resolver (the bar applies); the last two read etcd directly (the comparison).
+# resolver while 1 000 updates/s run (the bar applies); "no updates" is the same resolver
+# on etcd without them (what the update load costs lookups); the last two read etcd
+# directly (what a resolver reading etcd per lookup would pay).
 CASES = {
     "embedded": {"store": "embedded"},
     "etcd": {"store": "etcd"},
     "etcd, leader killed": {"store": "etcd", "kill_leader": True},
     "etcd, lookups via another server": {"store": "etcd", "other_server": True},
+    "etcd, no updates": {"store": "etcd", "rate": 0},
     "etcd direct, linearizable": {"store": "etcd", "etcd_read": "linearizable"},
     "etcd direct, serializable": {"store": "etcd", "etcd_read": "serializable"},
 }
-BAR_CASES = tuple(c for c, a in CASES.items() if "etcd_read" not in a)
+BAR_CASES = tuple(c for c, a in CASES.items() if "etcd_read" not in a and "rate" not in a)
 
 
 def summarize(lat: list[dict], fo: dict | None) -> dict:
@@ -280,7 +318,7 @@ def summarize(lat: list[dict], fo: dict | None) -> dict:
 
 
 def plot(lat: list[dict], fo: dict | None):  # noqa: ANN201 (a matplotlib Figure)
-    fig, (ax1, ax2) = figure(ncols=2, width=13, height=4.5)
+    fig, (ax1, ax2) = figure(ncols=2, width=13, height=5)
     width = 0.13
     for n, r in enumerate(lat):
         for m, (op, q) in enumerate(
@@ -297,11 +335,11 @@ def plot(lat: list[dict], fo: dict | None):  # noqa: ANN201 (a matplotlib Figure
                 label=f"{op} {q[:3]}" if n == 0 else None,
             )
     ax1.axhline(LOOKUP_P95_BAR_MS, color="k", ls="--", lw=1, label="lookup p95 bar")
-    ax1.set_xticks(range(len(lat)), [r["case"].replace(", ", ",\n") for r in lat], fontsize=7)
+    ax1.set_xticks(range(len(lat)), [r["case"] for r in lat], fontsize=7, rotation=20, ha="right")
     ax1.set_yscale("log")
     ax1.set_ylabel("latency (ms)")
-    ax1.set_title(f"{RECORDS} records, {RATE} updates/s + {LOOKUP_RATE} lookups/s")
-    ax1.legend(fontsize=7)
+    ax1.set_title(f"{RECORDS} records, {RATE} updates/s + {LOOKUP_RATE} lookups/s", pad=34)
+    ax1.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     fs = fo["failover_s"] if fo else []
     if fs:
         ax2.plot(fs, [(i + 1) / len(fs) for i in range(len(fs))], drawstyle="steps-post")

@@ -30,6 +30,9 @@ use crate::store::{key, prefix};
 use multihome_proto::crypto::SessionId;
 use std::collections::{BTreeMap, HashMap};
 
+/// One listed key: the key, its value's check (`None`: not wanted), its revision.
+pub type Listed = (String, Option<Result<SignedRecord, Refusal>>, i64);
+
 /// One change reported by the feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -91,6 +94,8 @@ pub struct CacheStats {
     pub resumes: u64,
     /// The revision the cache reflects.
     pub revision: i64,
+    /// Reads that waited for the copy's lock (kept by the reader, not the cache).
+    pub reads_waited: u64,
 }
 
 struct Entry {
@@ -309,8 +314,24 @@ impl RecordCache {
 
     /// Replaces the entries by a full list taken at `revision` (`kvs`: key, value, the
     /// key's revision). Entries written after the list are kept; entries the list lacks
-    /// leave a floor as a delete does.
+    /// leave a floor as a delete does. Checks every value here; a caller holding the cache
+    /// behind a lock uses [`RecordCache::relist_checked`] to check outside it.
     pub fn relist(&mut self, kvs: Vec<(String, Vec<u8>, i64)>, revision: i64, now_ms: u64) {
+        let checked = kvs
+            .into_iter()
+            .map(|(k, v, rev)| {
+                let c = self
+                    .wants(&k, rev)
+                    .then(|| RecordCache::check(&k, &v, now_ms));
+                (k, c, rev)
+            })
+            .collect();
+        self.relist_checked(checked, revision, now_ms);
+    }
+
+    /// [`RecordCache::relist`] of values already checked (`None`: not wanted, the cache
+    /// reflects that revision of the key).
+    pub fn relist_checked(&mut self, kvs: Vec<Listed>, revision: i64, now_ms: u64) {
         let listed: std::collections::HashSet<&str> = kvs.iter().map(|(k, _, _)| &**k).collect();
         let gone: Vec<String> = self
             .entries
@@ -321,8 +342,14 @@ impl RecordCache {
         for k in gone {
             self.delete(&k, revision + 1);
         }
-        for (k, v, rev) in &kvs {
-            self.observe(k, v, *rev, now_ms);
+        for (k, c, rev) in kvs {
+            let r = match c {
+                Some(c) => c.and_then(|rec| self.take(&k, rec, rev, now_ms)),
+                None => Ok(()),
+            };
+            if let Err(e) = r {
+                self.refuse(e);
+            }
         }
         self.revision = self.revision.max(revision);
         self.stats.relists += 1;

@@ -453,9 +453,6 @@ fn resolver_thread(
         let load = Arc::new(AtomicU32::new(0));
         let hk = housekeeping(store.clone(), load.clone(), control, stats.clone());
         tokio::task::spawn_local(hk);
-        let Ok(sock) = tokio::net::UdpSocket::from_std(sock) else {
-            return tracing::error!("resolver socket not usable");
-        };
         tracing::info!(listen = %n.listen, "resolver running");
         service::run(store, cfg, sock, load, stats).await;
     });
@@ -485,7 +482,7 @@ async fn housekeeping(
     let mut ticks = 0u64;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        stats.lock().expect("never poisoned").store = store.stats();
+        stats.set_store(store.stats());
         if let Ok(v) = crate::status::fetch(&control) {
             let n = v["sessions"].as_array().map_or(0, |s| s.len());
             load.store(n as u32, Ordering::Relaxed);
@@ -522,7 +519,7 @@ pub struct ResolverStatus {
 impl ResolverStatus {
     /// The resolver's part of the server's status document (`naming`).
     pub fn json(&self) -> serde_json::Value {
-        let s = *self.stats.lock().expect("never poisoned");
+        let s = self.stats.snapshot();
         server_status(&s, self.store)
     }
 }
@@ -546,6 +543,7 @@ fn server_status(s: &ServiceStats, store: &str) -> serde_json::Value {
             "applied": c.applied,
             "relists": c.relists,
             "resumes": c.resumes,
+            "reads_waited": c.reads_waited,
             "watch_up": s.store.feed_up.unwrap_or(false),
         });
     }

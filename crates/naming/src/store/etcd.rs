@@ -41,8 +41,8 @@
 //! served.
 
 use super::etcd_feed::{self, Feed};
-use super::{key, Counter, RecordStore, StoreError, StoreStats};
-use crate::cache::RecordCache;
+use super::{key, Counter, RecordReader, RecordStore, StoreError, StoreStats};
+use crate::cache::{CacheStats, RecordCache};
 use crate::record::{Kind, Record};
 use crate::signed::{admit, supersedes, Refusal, RefusalCounts, SignedRecord};
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
@@ -84,6 +84,7 @@ pub struct EtcdStore {
     /// Lease per bucket end (Unix seconds).
     leases: Mutex<BTreeMap<u64, i64>>,
     cache: Arc<Mutex<RecordCache>>,
+    reader: Arc<CacheReader>,
     /// The task following the watch (stopped when the store is dropped).
     feed: Feed,
     counter: Counter,
@@ -121,6 +122,10 @@ impl EtcdStore {
         Ok(EtcdStore {
             client,
             leases: Mutex::new(BTreeMap::new()),
+            reader: Arc::new(CacheReader {
+                cache: cache.clone(),
+                waited: Default::default(),
+            }),
             cache,
             feed,
             counter: Counter::default(),
@@ -255,17 +260,8 @@ impl RecordStore for EtcdStore {
         )))
     }
 
-    async fn get(
-        &self,
-        kind: Kind,
-        name: SessionId,
-        now_ms: u64,
-    ) -> Result<Option<SignedRecord>, StoreError> {
-        Ok(self.lock().get(kind, name, now_ms))
-    }
-
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
-        Ok(self.lock().list(kind, now_ms))
+    fn reader(&self) -> Arc<dyn RecordReader> {
+        self.reader.clone()
     }
 
     fn refusals(&self) -> RefusalCounts {
@@ -277,8 +273,50 @@ impl RecordStore for EtcdStore {
         StoreStats {
             refused: self.counter.get(),
             refused_in_store: c.refusals(),
-            cache: Some(c.stats()),
+            cache: Some(CacheStats {
+                reads_waited: self
+                    .reader
+                    .waited
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                ..c.stats()
+            }),
             feed_up: Some(self.feed.is_up()),
         }
+    }
+}
+
+/// Reads of the watched copy (a lock held for one map lookup).
+pub struct CacheReader {
+    cache: Arc<Mutex<RecordCache>>,
+    /// Reads that found the lock taken (by the store's thread) and waited.
+    waited: std::sync::atomic::AtomicU64,
+}
+
+impl CacheReader {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecordCache> {
+        match self.cache.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.waited
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.cache.lock().expect("never poisoned")
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("never poisoned"),
+        }
+    }
+}
+
+impl RecordReader for CacheReader {
+    fn get(
+        &self,
+        kind: Kind,
+        name: SessionId,
+        now_ms: u64,
+    ) -> Result<Option<SignedRecord>, StoreError> {
+        Ok(self.lock().get(kind, name, now_ms))
+    }
+
+    fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
+        Ok(self.lock().list(kind, now_ms))
     }
 }

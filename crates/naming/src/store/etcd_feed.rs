@@ -114,7 +114,22 @@ pub async fn list_into(client: &Client, cache: &Cache) -> Result<(), StoreError>
             _ => break,
         }
     }
-    lock(cache).relist(kvs, at, unix_ms());
+    // Signatures are checked without the cache's lock (10 000 take a while), only for
+    // keys the cache does not hold at that revision already.
+    let now = unix_ms();
+    let wanted: Vec<bool> = {
+        let c = lock(cache);
+        kvs.iter().map(|(k, _, rev)| c.wants(k, *rev)).collect()
+    };
+    let checked = kvs
+        .into_iter()
+        .zip(wanted)
+        .map(|((k, v, rev), w)| {
+            let c = w.then(|| RecordCache::check(&k, &v, now));
+            (k, c, rev)
+        })
+        .collect();
+    lock(cache).relist_checked(checked, at, now);
     Ok(())
 }
 

@@ -40,6 +40,21 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// Reads of a store, answered at once from any thread: never a round trip, never behind a
+/// write (embedded: a snapshot of the file; etcd: the watched copy). The resolver answers
+/// lookups with one on a thread of their own (`service.rs`).
+pub trait RecordReader: Send + Sync {
+    /// The live record of `kind` named `name` at `now_ms`.
+    fn get(
+        &self,
+        kind: Kind,
+        name: SessionId,
+        now_ms: u64,
+    ) -> Result<Option<SignedRecord>, StoreError>;
+    /// Every live record of `kind` at `now_ms`.
+    fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError>;
+}
+
 /// Records by kind and name.
 ///
 /// `async fn` in a public trait gives futures without a `Send` bound; every caller here
@@ -48,15 +63,21 @@ pub enum StoreError {
 pub trait RecordStore {
     /// Admits `bytes` at `now_ms` (Unix ms) and stores it if it supersedes the stored one.
     async fn put(&self, bytes: &[u8], now_ms: u64) -> Result<SignedRecord, StoreError>;
-    /// The live record of `kind` named `name`.
+    /// The store's reader (shared: every call gives the same one).
+    fn reader(&self) -> std::sync::Arc<dyn RecordReader>;
+    /// The live record of `kind` named `name` (the reader's answer).
     async fn get(
         &self,
         kind: Kind,
         name: SessionId,
         now_ms: u64,
-    ) -> Result<Option<SignedRecord>, StoreError>;
-    /// Every live record of `kind`.
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError>;
+    ) -> Result<Option<SignedRecord>, StoreError> {
+        self.reader().get(kind, name, now_ms)
+    }
+    /// Every live record of `kind` (the reader's answer).
+    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
+        self.reader().list(kind, now_ms)
+    }
     /// Records refused when put, so far, by reason.
     fn refusals(&self) -> RefusalCounts;
     /// What status shows of the store.
@@ -152,22 +173,10 @@ impl RecordStore for Store {
         }
     }
 
-    async fn get(
-        &self,
-        kind: Kind,
-        name: SessionId,
-        now_ms: u64,
-    ) -> Result<Option<SignedRecord>, StoreError> {
+    fn reader(&self) -> std::sync::Arc<dyn RecordReader> {
         match self {
-            Store::Embedded(s) => s.get(kind, name, now_ms).await,
-            Store::Etcd(s) => s.get(kind, name, now_ms).await,
-        }
-    }
-
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
-        match self {
-            Store::Embedded(s) => s.list(kind, now_ms).await,
-            Store::Etcd(s) => s.list(kind, now_ms).await,
+            Store::Embedded(s) => s.reader(),
+            Store::Etcd(s) => s.reader(),
         }
     }
 
