@@ -85,9 +85,9 @@ def outages(player: DrivePlayer) -> list[tuple[float, float]]:
     out, down = [], None
     for e in player.log:
         if e["event"] == "down":
-            down = e["mono"]
+            down = e["begun"]
         elif e["event"] == "up" and down is not None:
-            out.append((down, e["mono"]))
+            out.append((down, e["begun"]))
             down = None
     return out
 

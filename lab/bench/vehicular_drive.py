@@ -16,8 +16,9 @@ Role: at each event of the schedule, do to the client's link what a Wi-Fi interf
 - edge of coverage (optional): loss steps before ``down`` (``linkem set both loss=...``).
 
 Invariants: events are applied in time order from one thread, each at its time relative to
-``start()`` (late by the ``ip`` commands' run time, a few ms, logged as ``lag``; ``mono`` is
-CLOCK_MONOTONIC once the event is in place, the clock the lab's tools print); ``stop()``
+``start()`` (late by the ``ip`` commands' run time, a few ms, logged as ``lag``; ``begun`` and
+``mono`` are CLOCK_MONOTONIC before and after its commands ran, the clock the lab's tools
+print); ``stop()``
 returns the link to attachment 0's state (carrier, address, routes) so the next trial starts
 connected. Only the namespaces of the topology are touched.
 """
@@ -83,6 +84,7 @@ class DrivePlayer:
             delay = self.t0 + at - time.monotonic()
             if self._stop.wait(max(0.0, delay)):
                 return
+            begun = time.monotonic()
             self.apply(what, att)
             done = time.monotonic()
             self.log.append(
@@ -91,6 +93,7 @@ class DrivePlayer:
                     "event": what,
                     "index": att.index,
                     "lag": round(done - self.t0 - at, 4),
+                    "begun": begun,
                     "mono": done,
                 }
             )
