@@ -93,7 +93,11 @@ def plot(records: list[dict]):  # noqa: ANN201 - a matplotlib Figure
     ax.set_xscale("log")
     ax.set_xlim(0.01, WAIT_S * 1.3)
     ax.set_xlabel("seconds from the link's return to the first new bytes at the application")
-    ax.set_title(f"a {outage.OUTAGE_S:.0f} s outage of the only link (new address after it)")
+    ax.set_title(
+        f"a {outage.OUTAGE_S:.0f} s outage of the only link "
+        "(a new address after it, but for tcp-same-address)",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     return fig
 
