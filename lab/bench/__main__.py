@@ -16,7 +16,9 @@ etcd, failover of 100 clients when their server dies; issue 18), ``vehicular`` (
 downloads from a car passing Wi-Fi hotspots: a resuming TCP/IP application vs multihome with
 store-and-forward; issue 16), ``handoff-voice`` (a 64 kbit/s voice stream through Wi-Fi
 handoffs with LTE beside: loss and delay around each handoff per policy, simulator and a lab
-cross-check; issue 16), ``outage`` (a download across a 30 s outage with a new address:
+cross-check; issue 16), ``vehicular-lte`` (§4.2.2 of the same study on one drive: striping
+over Wi-Fi and a steady LTE link against the sum of each alone, lab and simulator; issue 16),
+``outage`` (a download across a 30 s outage with a new address:
 multihome against plain TCP; issue 16), ``all``. Needs root; builds its own namespaces and removes
 them, even after a failure.
 """
@@ -40,6 +42,7 @@ from lab.bench import (
     realtime_media,
     simult_flows,
     vehicular,
+    vehicular_lte,
 )
 
 SUITES = (
@@ -56,6 +59,7 @@ SUITES = (
     "vehicular",
     "handoff-voice",
     "outage",
+    "vehicular-lte",
 )
 
 
@@ -163,6 +167,8 @@ def main() -> int:
             )
         elif suite == "outage":
             outage.main(runs=args.runs or 2)
+        elif suite == "vehicular-lte":
+            vehicular_lte.main()
         else:
             failover.main(runs=args.runs or 3)
     return 0

@@ -150,8 +150,9 @@ def run_sim(path: Path) -> None:
     binary = sim_binary()
     if not binary.exists():
         raise LabError(f"{binary} not found: cargo build --release -p multihome-sim")
+    rel = str(path.relative_to(REPO_ROOT))  # as the result's meta.json names it
     res = subprocess.run(
-        [str(binary), "run", str(path)], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        [str(binary), "run", rel], cwd=REPO_ROOT, capture_output=True, text=True, check=False
     )
     if res.returncode != 0:
         raise LabError(f"multihome-sim failed ({res.returncode}): {res.stderr[-2000:]}")

@@ -184,6 +184,14 @@ def _outage(d: dict) -> list[tuple[str, dict]]:
     return [(case, _figs(s, keys)) for case, s in d["summary"].items()]
 
 
+def _vehicular_lte(d: dict) -> list[tuple[str, dict]]:
+    s = d["summary"]
+    f = _figs(s, ("ratio_lab", "ratio_sim"))
+    for src in ("lab", "sim"):
+        f |= {f"{src}.{m}.seconds": _r(v["seconds"]) for m, v in s[src].items()}
+    return [("fixed-400", f)]
+
+
 def _handoff_voice(d: dict) -> list[tuple[str, dict]]:
     """One record per simulator point (gap, mechanism) and per cross-check mechanism."""
     keys = ("handoffs", "lost_per_handoff_mean", "lost_per_handoff_p95", "window_loss")
@@ -312,6 +320,7 @@ EXTRACT = {
     "vehicular": _vehicular,
     "outage": _outage,
     "handoff-voice": _handoff_voice,
+    "vehicular-lte": _vehicular_lte,
 }
 
 
