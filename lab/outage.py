@@ -6,11 +6,12 @@ played on it by :class:`~lab.bench.vehicular_drive.DrivePlayer` — coverage los
 everything, carrier down, address and routes gone), association ``DHCP_S`` before the end
 (carrier back, no address), then a new address ``10.0.101.2`` as DHCP would give — and
 downloads by ``lab/tools/rangeget.py`` that mark the first bytes after a silence with the
-host's monotonic clock, so the time from the link's return (the new address in place) to
+host's monotonic clock, so the time from the link's return (the new address) to
 the first new bytes at the receiving application is measured, not inferred.
 
-Invariants: the link's return is the moment the new address is configured (the first moment
-a packet can cross: before it the interface has no address); a download's figures come from
+Invariants: the link's return is the moment the new address starts being configured (no
+packet can cross before: the interface has no address; measured from there, the commands'
+own few ms count against the mechanism); a download's figures come from
 the receiving application's own marks (``RESUMED``), never from daemon counters.
 """
 
@@ -54,10 +55,11 @@ def outage_schedule(outage_s: float = OUTAGE_S, dhcp_s: float = DHCP_S) -> list[
 
 
 def returned_at(player: DrivePlayer) -> float | None:
-    """CLOCK_MONOTONIC when the new address was in place, once it is."""
+    """CLOCK_MONOTONIC when the new address was being configured (just before its ``ip``
+    commands: the tunnel can move before the last of them returns), once it is in place."""
     for e in player.log:
         if e["event"] == "up":
-            return e["mono"]
+            return e["begun"]
     return None
 
 
