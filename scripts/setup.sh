@@ -27,12 +27,13 @@ fi
 
 # iptables: `multihome race` queues SYNs with the xtables NFQUEUE target (nftables' own
 # `queue` statement needs CONFIG_NFT_QUEUE, which kernels may lack).
-# etcd-server: the shared record store of several servers (lab and tests start their own
-# members); protobuf-compiler + libprotobuf-dev: the etcd client crate compiles etcd's
+# etcd-server, etcd-client: the shared record store of several servers, and etcdctl, with
+# which the lab waits for its members to be healthy (lab and tests start their own members);
+# protobuf-compiler + libprotobuf-dev: the etcd client crate compiles etcd's
 # .proto files at build time. chromium: the dashboard's end-to-end test opens it headless.
 # curl: rustup, where Rust is missing.
 PKGS=(iproute2 nftables iptables iperf3 ethtool mptcpd iputils-ping procps python3 python3-venv
-      python3-pip socat openvpn build-essential pkg-config etcd-server protobuf-compiler
+      python3-pip socat openvpn build-essential pkg-config etcd-server etcd-client protobuf-compiler
       libprotobuf-dev chromium curl ca-certificates git)
 missing=()
 for p in "${PKGS[@]}"; do
