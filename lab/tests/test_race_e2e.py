@@ -166,6 +166,9 @@ def test_dscp_pins_an_uplink(lab: Lab, multihome_bin: Path) -> None:
     st = lab_topo.status()
     assert uplink(st, "a")["attempts"] == 0, st
     assert uplink(st, "b")["chosen"] == 1, st
+    # The pin is listed as a flow class (the dashboard's policies panel reads it).
+    rules = st["policies"]["rules"]
+    assert rules == [{"name": "dscp 10", "dscp": 10, "policy": "only:b"}], st["policies"]
 
 
 def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
