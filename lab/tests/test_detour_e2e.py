@@ -199,6 +199,11 @@ def test_single_homed_client_gains_a_detour(lab: Lab, multihome_bin: Path) -> No
     assert values[("multihome_relay_installed_total", 'relay="lab"')] >= 1, values
     assert values[("multihome_relay_client_detours", 'relay="lab",client="home"')] == 1, values
     assert values[("multihome_relay_detours", 'relay="lab",mode="nat"')] == 1, values
+    # Its status lists the detour under its client (the dashboard's sessions panel).
+    relay = topo.status("relay", sock=topo.dir / "relay.sock")
+    (entry,) = relay["clients"][0]["entries"]
+    assert entry["mode"] == "nat" and entry["server"].endswith(f":{PORT}"), entry
+    assert entry["expires_in_s"] > 0, entry
     # A clean shutdown releases the detour at the relay.
     assert topo.daemons["client"].stop() == 0
     relay = topo.status("relay", sock=topo.dir / "relay.sock")
