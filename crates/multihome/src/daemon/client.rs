@@ -218,7 +218,7 @@ pub(super) fn link_usable(
 /// Whether `interface` has an address of `server`'s family (IPv6: not link-local, which
 /// cannot reach a server off the link). A failed address query counts as having one (the
 /// behaviour before addresses were watched).
-fn has_family_address(interface: &str, server: std::net::SocketAddr) -> bool {
+pub(super) fn has_family_address(interface: &str, server: std::net::SocketAddr) -> bool {
     multihome_io::netlink::interface_addresses(interface).map_or(true, |addrs| {
         addrs.iter().any(|a| match (a.addr(), server) {
             (std::net::IpAddr::V4(_), std::net::SocketAddr::V4(_)) => true,
