@@ -11,11 +11,14 @@ as spoofed (`rx_spoofed`), as for any source outside the client's `allowed_ips`.
 from __future__ import annotations
 
 import time
+import tomllib
 from pathlib import Path
+
+import tomli_w
 
 from lab import ipv6
 from lab.netns import Lab
-from lab.topology import ORIGIN, LinkSpec, Topology, link_ip
+from lab.topology import ORIGIN, PORT, LinkSpec, Topology, link_ip
 from lab.traffic import TcpTransfer, parse_result
 
 MIB_BITS = 8 * (1 << 20)
@@ -133,3 +136,46 @@ def test_tun_router_solicitation_is_not_tunnelled(lab: Lab, multihome_bin: Path)
     rules = topo.srv.run(["nft", "list", "table", "inet", "ipv6lab"]).stdout
     assert "counter packets 0 bytes 0" in rules, rules
     assert link_ip(0, "cli") in topo.session("server")["links"][0]["remote"]
+
+
+class ResolvingTopology(Topology):
+    """The client resolves its server (`servers = "resolve"`, docs/CONFIG.md): the server
+    announces one tunnel address per family and its resolver only at its IPv6 address."""
+
+    def write_configs(self) -> None:
+        super().write_configs()
+        v4, v6 = f"{link_ip(0, 'srv')}:{PORT}", f"[{ipv6.link_ip6(1, 'srv')}]:{PORT}"
+        resolver = f"[{ipv6.link_ip6(1, 'srv')}]:7001"
+        server = tomllib.loads((self.dir / "server.toml").read_text())
+        server["naming"] = {
+            "listen": "[::]:7001",
+            "store": "embedded",
+            "path": "naming.redb",
+            "advertise": [v4, v6],
+            "resolver_advertise": resolver,
+        }
+        (self.dir / "server.toml").write_text(tomli_w.dumps(server))
+        client = tomllib.loads((self.dir / "client.toml").read_text())
+        for key in ("server", "server_public_key"):
+            del client["client"][key]
+        for link in client["link"]:
+            del link["server"]
+        client["client"]["servers"] = "resolve"
+        client["naming"] = {"resolvers": [resolver], "trusted_servers": [self.server_pub]}
+        (self.dir / "client.toml").write_text(tomli_w.dumps(client))
+
+
+def test_resolved_server_reached_over_each_links_family(lab: Lab, multihome_bin: Path) -> None:
+    """A dual-stack client that resolves its server over IPv6 uses the server's IPv4 tunnel
+    address on its IPv4 link and its IPv6 one on its IPv6-only link: both links come up."""
+    topo = ResolvingTopology(
+        lab, [LinkSpec("v4"), LinkSpec("v6", family=6)], policy="best", binary=multihome_bin
+    )
+    topo.start()
+    links = {lk["name"]: lk["remote"] for lk in topo.session("client")["links"]}
+    assert links == {
+        "v4": f"{link_ip(0, 'srv')}:{PORT}",
+        "v6": f"[{ipv6.link_ip6(1, 'srv')}]:{PORT}",
+    }
+    res = transfer(topo, ORIGIN, 4, 9000).wait(timeout=seconds_for(4, 100) + 10)
+    assert res.intact, res

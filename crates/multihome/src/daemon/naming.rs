@@ -191,13 +191,20 @@ impl NamingWatch {
     fn send_all(&mut self, available: Option<&[bool]>) {
         while let Some((dst, bytes)) = self.resolver.poll_transmit() {
             let usable = |i: usize| available.is_none_or(|a| a.get(i).copied().unwrap_or(false));
-            let sock = (0..self.socks.len())
-                .filter(|&i| usable(i))
-                .chain(0..self.socks.len())
-                .find_map(|i| self.socks[i].as_ref());
-            if let Some(s) = sock {
-                if let Err(e) = s.get_ref().send_to(&bytes, dst) {
-                    tracing::debug!(%dst, "resolver request not sent: {e}");
+            // Usable links first, then any; the next one when a link cannot send there (no
+            // route of the resolver's family on it: a dual-stack client's IPv4-only link).
+            let mut tried = 0u32;
+            let order = (0..self.socks.len()).filter(|&i| usable(i));
+            for i in order.chain(0..self.socks.len()) {
+                let Some(s) = self.socks[i].as_ref().filter(|_| tried & (1 << i) == 0) else {
+                    continue;
+                };
+                tried |= 1 << i;
+                match s.get_ref().send_to(&bytes, dst) {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(%dst, link = %self.links[i].0, "resolver request not sent: {e}")
+                    }
                 }
             }
         }
