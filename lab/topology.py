@@ -310,15 +310,16 @@ class Topology:
             [str(self.binary), role, "--config", str(config)], f"multihome-{role}", env=env
         )
 
-    def start(self, timeout: float = 15) -> None:
-        """Write configs, start server then client, wait until every link is up."""
+    def start(self, timeout: float = 15, all_links_up: bool = True) -> None:
+        """Write configs, start server then client, wait until every link is up (or, with
+        ``all_links_up=False``, until the session is established)."""
         if not self.binary.exists():
             raise LabError(f"multihome binary missing: {self.binary}")
         self.write_configs()
         self.daemons["server"] = self._daemon(self.srv, "server", self.dir / "server.toml")
         self.wait_socket("server", timeout)
         self.daemons["client"] = self._daemon(self.cli, "client", self.dir / "client.toml")
-        self.wait_established(timeout)
+        self.wait_established(timeout, all_links_up)
         self._check_routes()
 
     def _check_routes(self) -> None:

@@ -179,3 +179,30 @@ def test_resolved_server_reached_over_each_links_family(lab: Lab, multihome_bin:
     }
     res = transfer(topo, ORIGIN, 4, 9000).wait(timeout=seconds_for(4, 100) + 10)
     assert res.intact, res
+
+
+class CrossedTopology(Topology):
+    """Link 0 (IPv4 addresses only) is given the server's IPv6 address: a family mistake."""
+
+    def link_server(self, i: int) -> str:
+        return super().link_server(1 if i == 0 else i)
+
+
+def test_link_family_and_mtu_mistakes_are_named(lab: Lab, multihome_bin: Path) -> None:
+    """A link whose interface has no address of its server's family stays down and the
+    client says why at start; an `mtu` sized for IPv4 links is named on an IPv6 link."""
+    topo = CrossedTopology(
+        lab,
+        [LinkSpec("v4"), LinkSpec("v6", family=6)],
+        policy="best",
+        binary=multihome_bin,
+        client_extra={"mtu": 1420},
+    )
+    topo.start(timeout=10, all_links_up=False)
+    time.sleep(1.5 * DETECT_MS / 1000)
+    assert topo.link_states() == {"v4": "down", "v6": "up"}, topo.link_states()
+    log = topo.daemons["client"].output()
+    family = "link `v4`: interface `l0` has no IPv6 address to reach server [fd00:0:2::1]:7000"
+    assert family in log, log
+    mtu = "link `v6`: a full datagram over IPv6 takes 1520 bytes, more than interface `l1`'s"
+    assert mtu in log and "set mtu = 1400 or less" in log, log

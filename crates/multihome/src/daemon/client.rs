@@ -84,6 +84,7 @@ async fn run_loop(
         client.add_link(clock.now(), PathId(i as u8), l.server);
         client.set_link_cost(PathId(i as u8), s.links[i].cost);
         warn_family(&l.name, &l.interface, l.server);
+        warn_mtu(&l.name, &l.interface, l.server, s.mtu);
         let up = link_usable(&l.interface, l.server, None) && bind.is_bound(i);
         client.set_link_available(clock.now(), PathId(i as u8), up);
         tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, cost = s.links[i].cost, "link configured");
@@ -238,6 +239,34 @@ fn warn_family(link: &str, interface: &str, server: std::net::SocketAddr) {
             "link `{link}`: interface `{interface}` has no {family} address to reach server \
              {server}; the link stays down until it gets one (or give the link a server of \
              the family its interface has)"
+        );
+    }
+}
+
+/// Says at start-up when a full datagram (`mtu` + the tunnel's overhead + the outer IP/UDP
+/// header of the server's family) exceeds `interface`'s MTU: the kernel then fragments
+/// every full-size datagram (an `mtu` sized for IPv4 links used over an IPv6 one, which
+/// takes 20 bytes more).
+fn warn_mtu(link: &str, interface: &str, server: std::net::SocketAddr, mtu: u32) {
+    let (outer, family) = if server.is_ipv4() {
+        (28, "IPv4")
+    } else {
+        (48, "IPv6")
+    };
+    let need = mtu as usize + multihome_proto::wire::OVERHEAD_BYTES + outer;
+    let path = format!("/sys/class/net/{interface}/mtu");
+    let Some(have) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+    else {
+        return;
+    };
+    if have < need {
+        let fit = have - (need - mtu as usize).min(have);
+        tracing::warn!(
+            "link `{link}`: a full datagram over {family} takes {need} bytes, more than \
+             interface `{interface}`'s MTU {have}: each one will be fragmented; set mtu = \
+             {fit} or less (docs/CONFIG.md)"
         );
     }
 }
