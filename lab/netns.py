@@ -179,7 +179,9 @@ class Namespace:
         return self.run(["ip", *args], check=check)
 
     def addr_add(self, dev: str, cidr: str) -> None:
-        self.ip("addr", "add", cidr, "dev", dev)
+        # IPv6 without duplicate address detection: usable at once, not tentative for a second.
+        nodad = ["nodad"] if ":" in cidr else []
+        self.ip("addr", "add", cidr, "dev", dev, *nodad)
 
     def addr_del(self, dev: str, cidr: str) -> None:
         self.ip("addr", "del", cidr, "dev", dev)

@@ -26,9 +26,13 @@ route is the client; the server's peer entry allows the client's inner address a
 prefix, and the server masquerades tunnel traffic out of ``up0``. The origin has no route back
 to the LAN or the tunnel, so a reply reaches the LAN host only through the server's NAT.
 
+With ``ipv6=True`` every host is also IPv6 inside the tunnel, and ``LinkSpec(family=6)`` makes a
+link IPv6-only (lab/ipv6.py has that address plan).
+
 Invariants: link ``i`` is ``l<i>`` on both sides, client ``10.0.<i+1>.2``, server
-``10.0.<i+1>.1``; nothing routes LAN or origin traffic between ``cli`` and ``srv`` except the
-tunnel (``tunnel=False`` instead installs plain routes over link 0, to test the lab itself).
+``10.0.<i+1>.1`` (IPv6-only links: ``fd00:0:<i+1>::2`` and ``::1``); nothing routes LAN or
+origin traffic between ``cli`` and ``srv`` except the tunnel (``tunnel=False`` instead installs
+plain routes over link 0, to test the lab itself).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pathlib import Path
 
 import tomli_w
 
+from lab import ipv6 as lab6
 from lab.linkem import LinkemLink
 from lab.netns import REPO_ROOT, Lab, LabError, Namespace, Proc, Veth
 from lab.traffic import TcpTransfer, UdpStream, iperf3
@@ -78,6 +83,7 @@ class LinkSpec:
     (%), or, when ``linkem`` is a dict (linkem's TOML config: ``{"both": {...}, "a2b": ...}``,
     a2b = upload, b2a = download), a link through a ``linkem`` namespace (lab/linkem.py).
     ``offloads=False`` turns TSO/GSO/GRO off on both ends (per-packet loss and queue limits).
+    ``family=6`` gives the link IPv6 addresses only (lab/ipv6.py; direct veths only).
     """
 
     name: str
@@ -87,6 +93,7 @@ class LinkSpec:
     linkem: dict | None = None
     offloads: bool = True
     seed: int = 1
+    family: int = 4
 
 
 def link_ip(i: int, side: str) -> str:
@@ -109,6 +116,7 @@ class Topology:
         client_extra: dict | None = None,
         server_extra: dict | None = None,
         client_links: int | None = None,
+        ipv6: bool = False,
     ) -> None:
         self.lab = lab
         self.links = links
@@ -121,6 +129,10 @@ class Topology:
         self.client_extra = client_extra or {}
         self.server_extra = server_extra or {}
         self.tunnel = tunnel
+        self.ipv6 = ipv6
+        # Outer IPv6 needs 20 more bytes per datagram than IPv4 (lab/ipv6.py).
+        self.v6_links = any(spec.family == 6 for spec in links)
+        self.tun_mtu = lab6.TUN_MTU6 if self.v6_links else TUN_MTU
         self.binary = binary or multihome_binary()
         self.dir = lab.dir
         self.daemons: dict[str, Proc] = {}
@@ -170,8 +182,12 @@ class Topology:
                 veth = self.lab.veth(self.cli, dev, self.srv, dev)
                 if not spec.offloads:
                     veth.offloads_off()
-            self.cli.addr_add(dev, f"{link_ip(i, 'cli')}/24")
-            self.srv.addr_add(dev, f"{link_ip(i, 'srv')}/24")
+            if spec.family == 6:
+                self.cli.addr_add(dev, f"{lab6.link_ip6(i, 'cli')}/64")
+                self.srv.addr_add(dev, f"{lab6.link_ip6(i, 'srv')}/64")
+            else:
+                self.cli.addr_add(dev, f"{link_ip(i, 'cli')}/24")
+                self.srv.addr_add(dev, f"{link_ip(i, 'srv')}/24")
             if spec.rate_mbit:
                 veth.tbf(spec.rate_mbit, spec.tbf_latency_ms)
             if spec.loss_pct:
@@ -180,6 +196,8 @@ class Topology:
         self.lab.veth(self.srv, "up0", self.org, "up0")
         self.srv.addr_add("up0", f"{SRV_UPLINK}/24")
         self.org.addr_add("up0", f"{ORIGIN}/24")
+        if self.ipv6:
+            lab6.build_inner(self)
         if not self.tunnel:
             # Plain routing over link 0: used to validate the lab without the daemon.
             self.cli.route_replace(ORIGIN_PREFIX, via=link_ip(0, "srv"))
@@ -223,12 +241,14 @@ class Topology:
             "server": links[0][2],
             "tun_name": "mh0",
             "tun_address": f"{tun_address}/24",
-            "mtu": TUN_MTU,
+            "mtu": self.tun_mtu,
             "routes": routes,
             "control_socket": str(sock),
         }
         if self.detect_ms is not None:
             client["detect_ms"] = self.detect_ms
+        if self.ipv6 and key_name == "client":
+            lab6.client_settings(client)
         client.update(self.client_extra)
         policy: dict = {"default": self.policy}
         if self.rules:
@@ -244,11 +264,12 @@ class Topology:
         self.client_pub = self.keygen("client")
         server = {
             "server": {
-                "listen": f"0.0.0.0:{PORT}",
+                # `[::]` is one dual-stack socket: IPv4 and IPv6 links alike.
+                "listen": f"[::]:{PORT}" if self.v6_links else f"0.0.0.0:{PORT}",
                 "private_key_file": "server.key",
                 "tun_name": "mh0",
                 "tun_address": f"{TUN_SERVER}/24",
-                "mtu": TUN_MTU,
+                "mtu": self.tun_mtu,
                 "uplink": "up0",
                 "control_socket": str(self.sockets["server"]),
                 **self.server_extra,
@@ -261,12 +282,14 @@ class Topology:
                 }
             ],
         }
+        if self.ipv6:
+            lab6.server_settings(server)
         for name, tun_ip in self.extra_clients:
             server["peer"].append(
                 {"name": name, "public_key": self.keygen(name), "allowed_ips": [f"{tun_ip}/32"]}
             )
         links = [
-            (spec.name, f"l{i}", f"{link_ip(i, 'srv')}:{PORT}")
+            (spec.name, f"l{i}", self.link_server(i))
             for i, spec in enumerate(self.links[: self.client_links])
         ]
         client = self.client_config(
@@ -275,29 +298,42 @@ class Topology:
         (self.dir / "server.toml").write_text(tomli_w.dumps(server))
         (self.dir / "client.toml").write_text(tomli_w.dumps(client))
 
+    def link_server(self, i: int) -> str:
+        """The server's address and port as the client reaches it over link ``i``."""
+        if self.links[i].family == 6:
+            return f"[{lab6.link_ip6(i, 'srv')}]:{PORT}"
+        return f"{link_ip(i, 'srv')}:{PORT}"
+
     def _daemon(self, ns: Namespace, role: str, config: Path) -> Proc:
         env = {"RUST_LOG": os.environ.get("MH_RUST_LOG", "info")}
         return ns.spawn(
             [str(self.binary), role, "--config", str(config)], f"multihome-{role}", env=env
         )
 
-    def start(self, timeout: float = 15) -> None:
-        """Write configs, start server then client, wait until every link is up."""
+    def start(self, timeout: float = 15, all_links_up: bool = True) -> None:
+        """Write configs, start server then client, wait until every link is up (or, with
+        ``all_links_up=False``, until the session is established)."""
         if not self.binary.exists():
             raise LabError(f"multihome binary missing: {self.binary}")
         self.write_configs()
         self.daemons["server"] = self._daemon(self.srv, "server", self.dir / "server.toml")
         self.wait_socket("server", timeout)
         self.daemons["client"] = self._daemon(self.cli, "client", self.dir / "client.toml")
-        self.wait_established(timeout)
+        self.wait_established(timeout, all_links_up)
         self._check_routes()
 
     def _check_routes(self) -> None:
         """The contract makes the daemons install these routes; say so if one is missing."""
-        for ns, dst, what in (
+        checks = [
             (self.cli, ORIGIN, "client `routes` (10.50.0.0/24) into mh0"),
             (self.srv, LAN_HOST, "server peer allowed_ips (192.168.50.0/24) into mh0"),
-        ):
+        ]
+        if self.ipv6:
+            checks += [
+                (self.cli, lab6.ORIGIN6, f"client `routes` ({lab6.ORIGIN6_PREFIX}) into mh0"),
+                (self.srv, lab6.LAN6_HOST, f"server allowed_ips ({lab6.LAN6_PREFIX}) into mh0"),
+            ]
+        for ns, dst, what in checks:
             got = ns.route_get(dst)
             if " dev mh0 " not in f" {got} ":
                 raise LabError(f"{what}: route missing in {ns.name}: `ip route get {dst}` = {got}")

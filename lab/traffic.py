@@ -75,8 +75,10 @@ class TcpTransfer:
         self.seed = seed
         self.started = time.monotonic()
         extra = ["--mptcp"] if mptcp else []
+        # An IPv6 destination needs an IPv6 listener (`::` takes both families).
+        bind = ["--bind", "::"] if ":" in dst_addr else []
         self.receiver = dst.spawn(
-            tool_cmd("tcpxfer", "recv", "--port", str(port), *extra), f"rx{port}"
+            tool_cmd("tcpxfer", "recv", "--port", str(port), *bind, *extra), f"rx{port}"
         )
         wait_listening(self.receiver)
         self.sender = src.spawn(

@@ -2,6 +2,8 @@
 //! never a panic, and an error's line number is within the file. The same holds for the
 //! daemon kind `check-config` reads off the tables, and for a reload checked against a
 //! running client's settings (`config/reload.rs`, which also locates keys by scanning lines).
+//! Valid settings keep the address-family rules (`config/addresses.rs`): one or two TUN
+//! addresses of distinct families, and a TUN address of each client route's family.
 
 use multihome::config::{client, reload, server, ConfigError, Source};
 use std::path::Path;
@@ -21,11 +23,19 @@ pub fn config(data: &[u8]) {
     };
     let lines = text.lines().count().max(1);
     let located = |e: ConfigError| assert!(e.line <= lines + 1, "line {} beyond {lines}", e.line);
-    if let Err(e) = client::validate(&src) {
-        located(e);
+    match client::validate(&src) {
+        Err(e) => located(e),
+        Ok(c) => {
+            tun_families(&families(&c.tun_addresses));
+            let tun = families(&c.tun_addresses);
+            for v4 in families(&c.routes) {
+                assert!(tun.contains(&v4), "route family without a TUN address");
+            }
+        }
     }
-    if let Err(e) = server::validate(&src) {
-        located(e);
+    match server::validate(&src) {
+        Err(e) => located(e),
+        Ok(s) => tun_families(&families(&s.tun_addresses)),
     }
     if let Err(e) = multihome::check::kind(&src) {
         located(e);
@@ -51,4 +61,15 @@ pub fn config(data: &[u8]) {
             }
         }
     }
+}
+
+fn families<T: std::fmt::Display>(tun: &[T]) -> Vec<bool> {
+    // The fuzz crate does not depend on ipnet: a prefix's text tells its family.
+    tun.iter().map(|t| !t.to_string().contains(':')).collect()
+}
+
+/// One or two TUN addresses, of distinct families (`v4`: whether each is IPv4).
+fn tun_families(v4: &[bool]) {
+    assert!((1..=2).contains(&v4.len()), "{v4:?}");
+    assert!(v4.len() == 1 || v4[0] != v4[1], "{v4:?}");
 }

@@ -164,9 +164,18 @@ fn records_split_and_truncate() {
 
 #[test]
 fn config_target() {
-    let valid = "[client]\nprivate_key_file = \"k\"\nserver_public_key = \"q5ZGxSCEYQ8aaUULUyOJXWKGjS6gtBg8GK62rzCGk0Q=\"\nserver = \"10.0.0.1:7000\"\ntun_address = \"10.200.0.2/24\"\n[[link]]\nname = \"a\"\ninterface = \"eth0\"\n";
+    let v4 = "[client]\nprivate_key_file = \"k\"\nserver_public_key = \"q5ZGxSCEYQ8aaUULUyOJXWKGjS6gtBg8GK62rzCGk0Q=\"\nserver = \"10.0.0.1:7000\"\ntun_address = \"10.200.0.2/24\"\n[[link]]\nname = \"a\"\ninterface = \"eth0\"\n";
+    // Dual-stack: two TUN addresses, routes of both families, an IPv6 link.
+    let dual = "[client]\nprivate_key_file = \"k\"\nserver_public_key = \"q5ZGxSCEYQ8aaUULUyOJXWKGjS6gtBg8GK62rzCGk0Q=\"\nserver = \"10.0.0.1:7000\"\ntun_address = [\"10.200.0.2/24\", \"fd00::2/64\"]\nroutes = [\"::/0\", \"10.0.0.0/8\"]\n[[link]]\nname = \"a\"\ninterface = \"eth0\"\nserver = \"[2001:db8::1]:7000\"\n";
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    crate::config(valid.as_bytes());
+    for valid in [v4, dual] {
+        crate::config(valid.as_bytes());
+        mutate_config(&mut rng, valid);
+    }
+}
+
+/// Mutations of the `valid` config through the config target.
+fn mutate_config(rng: &mut ChaCha8Rng, valid: &str) {
     for _ in 0..2000 {
         // Mutate the valid file: flip, cut and splice bytes.
         let mut b = valid.as_bytes().to_vec();

@@ -44,11 +44,16 @@ def result(obj: dict) -> None:
     print("RESULT " + json.dumps(obj), flush=True)
 
 
+def family(addr: str) -> socket.AddressFamily:
+    """IPv6 for an address with a colon (``fd00::2``, ``::``), else IPv4."""
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
 def connect(host: str, port: int, cc: str, timeout: float, proto: int = 0) -> socket.socket:
     """Connect, retrying while the receiver is not listening yet."""
     deadline = time.monotonic() + timeout
     while True:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        sock = socket.socket(family(host), socket.SOCK_STREAM, proto)
         # The namespace default is BBR here; inner flows must name their CC (DESIGN.md §4).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
         sock.settimeout(timeout)
@@ -84,7 +89,11 @@ def send(args: argparse.Namespace) -> int:
 
 
 def recv(args: argparse.Namespace) -> int:
-    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP if args.mptcp else 0)
+    proto = IPPROTO_MPTCP if args.mptcp else 0
+    lsock = socket.socket(family(args.bind), socket.SOCK_STREAM, proto)
+    if lsock.family == socket.AF_INET6:
+        # Dual-stack: `--bind ::` accepts IPv4 senders too, whatever the system default.
+        lsock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lsock.bind((args.bind, args.port))
     lsock.listen(1)
@@ -121,7 +130,7 @@ def recv(args: argparse.Namespace) -> int:
             "sha256": digest.hexdigest(),
             "seconds": secs,
             "mbps": got * 8 / secs / 1e6 if secs > 0 else 0.0,
-            "peer": f"{peer[0]}:{peer[1]}",
+            "peer": f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}",
         }
     )
     return 0
@@ -140,7 +149,7 @@ def main() -> int:
     s.add_argument("--stall-timeout", type=float, default=30)
     s.add_argument("--mptcp", action="store_true", help="a kernel MPTCP socket")
     r = sub.add_parser("recv")
-    r.add_argument("--bind", default="0.0.0.0")
+    r.add_argument("--bind", default="0.0.0.0", help="address to listen on; `::` = both families")
     r.add_argument("--port", type=int, default=9000)
     r.add_argument("--accept-timeout", type=float, default=30)
     r.add_argument("--mptcp", action="store_true", help="a kernel MPTCP socket")

@@ -53,8 +53,11 @@ pub enum Event {
         name: SessionId,
         /// Its key (the Noise static key to handshake with).
         key: PublicKey,
-        /// Its tunnel address.
+        /// Its tunnel address (the first one its record announces).
         tunnel: SocketAddr,
+        /// Every tunnel address its record announces, in its order: a link picks the first
+        /// of its own family (an IPv6-only link cannot use an IPv4 address).
+        tunnels: Vec<SocketAddr>,
     },
     /// The client's record was stored.
     Published {
@@ -354,7 +357,13 @@ impl Resolver {
         self.status.server = Some((name, tunnel));
         if changed {
             let key = self.known[&name].record().key;
-            self.events.push_back(Event::Use { name, key, tunnel });
+            let tunnels = body.tunnel.clone();
+            self.events.push_back(Event::Use {
+                name,
+                key,
+                tunnel,
+                tunnels,
+            });
             self.publish(now);
         }
     }

@@ -43,8 +43,8 @@ pub struct ClientSettings {
     pub server_public_key: PublicKey,
     /// TUN device name.
     pub tun_name: String,
-    /// Inner address.
-    pub tun_address: IpNet,
+    /// The TUN device's inner addresses: one IPv4 and/or one IPv6 (`super::addresses`).
+    pub tun_addresses: Vec<IpNet>,
     /// Prefixes routed into the tunnel.
     pub routes: Vec<IpNet>,
     /// Control socket path.
@@ -448,17 +448,20 @@ pub(super) fn validate_with(
     let classifier = parse_classifier(src, &f.policy, &links)?;
     let aggregate = parse_scheduler(src, c.aggregate_scheduler.as_ref())?;
     let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
+    let tun_addresses = super::addresses::parse_tun_addresses(src, &c.tun_address)?;
+    let routes: Vec<IpNet> = c
+        .routes
+        .iter()
+        .map(|r| parse_net(src, r, "route"))
+        .collect::<Result<_, _>>()?;
+    super::addresses::check_route_families(src, &c.routes, &routes, &tun_addresses)?;
     Ok(ClientSettings {
         private_key_file: relative_to(src.path, c.private_key_file.get_ref()),
         private_key_at: c.private_key_file.span().start,
         server_public_key,
         tun_name: check_ifname(src, &c.tun_name)?,
-        tun_address: parse_net(src, &c.tun_address, "tun_address")?,
-        routes: c
-            .routes
-            .iter()
-            .map(|r| parse_net(src, r, "route"))
-            .collect::<Result<_, _>>()?,
+        tun_addresses,
+        routes,
         control_socket: c
             .control_socket
             .as_deref()

@@ -6,6 +6,7 @@
 //! exist?) happens at start-up but still reports the line, via the spans kept here.
 //! Reference: docs/CONFIG.md.
 
+mod addresses;
 pub mod client;
 pub mod detours;
 pub mod mptcp;
@@ -45,6 +46,9 @@ pub fn read_private_key(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod ipv6_tests;
 
 #[cfg(test)]
 mod naming_tests;

@@ -180,6 +180,7 @@ pub(super) fn parse_server(
         .iter()
         .map(|a| parse_addr(src, a, "advertise entry"))
         .collect::<Result<Vec<_>, _>>()?;
+    super::addresses::check_advertised(src, tunnel, &n.advertise, &advertise)?;
     if advertise.is_empty() {
         advertise.push(tunnel);
     }

@@ -64,7 +64,8 @@ pub struct ClientSection {
     pub servers: Option<Spanned<toml::Value>>,
     #[serde(default = "default_tun")]
     pub tun_name: Spanned<String>,
-    pub tun_address: Spanned<String>,
+    /// One prefix, or a list of one IPv4 and one IPv6 prefix (`super::addresses`).
+    pub tun_address: Spanned<toml::Value>,
     #[serde(default)]
     pub routes: Vec<Spanned<String>>,
     pub control_socket: Option<String>,
@@ -131,7 +132,8 @@ pub struct ServerSection {
     pub private_key_file: Spanned<String>,
     #[serde(default = "default_tun")]
     pub tun_name: Spanned<String>,
-    pub tun_address: Spanned<String>,
+    /// One prefix, or a list of one IPv4 and one IPv6 prefix (`super::addresses`).
+    pub tun_address: Spanned<toml::Value>,
     pub uplink: Option<Spanned<String>>,
     pub control_socket: Option<String>,
     pub metrics_listen: Option<Spanned<String>>,

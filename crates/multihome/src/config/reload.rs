@@ -195,7 +195,7 @@ fn fixed_keys(
             (
                 "tun_address",
                 "tun_address",
-                old.tun_address != new.tun_address,
+                old.tun_addresses != new.tun_addresses,
             ),
             ("routes", "routes", old.routes != new.routes),
             (
@@ -365,7 +365,7 @@ pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, Co
             (
                 "tun_address",
                 "tun_address",
-                old.tun_address != new.tun_address,
+                old.tun_addresses != new.tun_addresses,
             ),
             ("uplink", "uplink", uplink(old) != uplink(&new)),
             (

@@ -35,8 +35,8 @@ pub struct ServerSettings {
     pub private_key_at: usize,
     /// TUN name.
     pub tun_name: String,
-    /// Inner address.
-    pub tun_address: IpNet,
+    /// The TUN device's inner addresses: one IPv4 and/or one IPv6 (`super::addresses`).
+    pub tun_addresses: Vec<IpNet>,
     /// NAT uplink interface, and the line of its key.
     pub uplink: Option<(String, usize)>,
     /// Control socket.
@@ -122,7 +122,7 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         private_key_file: relative_to(src.path, s.private_key_file.get_ref()),
         private_key_at: s.private_key_file.span().start,
         tun_name: check_ifname(src, &s.tun_name)?,
-        tun_address: parse_net(src, &s.tun_address, "tun_address")?,
+        tun_addresses: super::addresses::parse_tun_addresses(src, &s.tun_address)?,
         uplink,
         control_socket: s
             .control_socket

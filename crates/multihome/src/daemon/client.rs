@@ -59,7 +59,7 @@ async fn run_loop(
     // A resolved server (`servers`) is known before anything else is set up.
     let naming = super::naming::start(&mut s, &key).await?;
     let clock = Clock::new();
-    let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
+    let tun = setup_tun(&s.tun_name, s.mtu, &s.tun_addresses)?;
     add_routes(&s)?;
     let detours = super::detours::Detours::new(&s, key.clone(), clock.epoch_us, super::os_seed()?);
     let base = client_config(&s, key, &clock);
@@ -83,6 +83,8 @@ async fn run_loop(
         let l = &bind.links()[i];
         client.add_link(clock.now(), PathId(i as u8), l.server);
         client.set_link_cost(PathId(i as u8), s.links[i].cost);
+        warn_family(&l.name, &l.interface, l.server);
+        warn_mtu(&l.name, &l.interface, l.server, s.mtu);
         let up = link_usable(&l.interface, l.server, None) && bind.is_bound(i);
         client.set_link_available(clock.now(), PathId(i as u8), up);
         tracing::info!(link = %l.name, interface = %l.interface, server = %l.server, up, cost = s.links[i].cost, "link configured");
@@ -116,11 +118,16 @@ async fn run_loop(
 /// Routes the configured prefixes into the TUN device.
 fn add_routes(s: &ClientSettings) -> Result<()> {
     for r in &s.routes {
-        if r.prefix_len() == 0 && r.addr().is_ipv4() {
+        if r.prefix_len() == 0 {
             // A default route would capture the tunnel's own datagrams on hosts that do not
             // bind links to devices; two /1 routes override the default without replacing it.
-            for half in ["0.0.0.0/1", "128.0.0.0/1"] {
-                multihome_io::netlink::add_route(half.parse()?, &s.tun_name)?;
+            let halves = match r {
+                ipnet::IpNet::V4(_) => ["0.0.0.0/1", "128.0.0.0/1"],
+                ipnet::IpNet::V6(_) => ["::/1", "8000::/1"],
+            };
+            for half in halves {
+                multihome_io::netlink::add_route(half.parse()?, &s.tun_name)
+                    .with_context(|| format!("routing {half} (of {r}) into {}", s.tun_name))?;
             }
         } else {
             multihome_io::netlink::add_route(*r, &s.tun_name)
@@ -198,8 +205,7 @@ impl Watch<ClientCore, LinkBind> for LinkWatch {
 }
 
 /// Whether `interface` can reach `server`: up and running (`carrier`, when an event just
-/// said so, else asked) with an address of the server's family. A failed address query
-/// counts as having one (the behaviour before addresses were watched).
+/// said so, else asked) with an address of the server's family.
 pub(super) fn link_usable(
     interface: &str,
     server: std::net::SocketAddr,
@@ -207,15 +213,62 @@ pub(super) fn link_usable(
 ) -> bool {
     let up =
         carrier.unwrap_or_else(|| multihome_io::netlink::link_is_up(interface).unwrap_or(false));
-    up && multihome_io::netlink::interface_addresses(interface).map_or(true, |addrs| {
+    up && has_family_address(interface, server)
+}
+
+/// Whether `interface` has an address of `server`'s family (IPv6: not link-local, which
+/// cannot reach a server off the link). A failed address query counts as having one (the
+/// behaviour before addresses were watched).
+pub(super) fn has_family_address(interface: &str, server: std::net::SocketAddr) -> bool {
+    multihome_io::netlink::interface_addresses(interface).map_or(true, |addrs| {
         addrs.iter().any(|a| match (a.addr(), server) {
             (std::net::IpAddr::V4(_), std::net::SocketAddr::V4(_)) => true,
-            (std::net::IpAddr::V6(v6), std::net::SocketAddr::V6(_)) => {
-                v6.segments()[0] & 0xffc0 != 0xfe80
-            }
+            (std::net::IpAddr::V6(v6), std::net::SocketAddr::V6(_)) => !v6.is_unicast_link_local(),
             _ => false,
         })
     })
+}
+
+/// Says at start-up why a link whose interface lacks an address of its server's family
+/// stays down (an IPv6 server on an IPv4-only interface, or the reverse): it is used as
+/// soon as such an address appears (SLAAC, DHCP), so this is a warning, not an error.
+fn warn_family(link: &str, interface: &str, server: std::net::SocketAddr) {
+    if !has_family_address(interface, server) {
+        let family = if server.is_ipv4() { "IPv4" } else { "IPv6" };
+        tracing::warn!(
+            "link `{link}`: interface `{interface}` has no {family} address to reach server \
+             {server}; the link stays down until it gets one (or give the link a server of \
+             the family its interface has)"
+        );
+    }
+}
+
+/// Says at start-up when a full datagram (`mtu` + the tunnel's overhead + the outer IP/UDP
+/// header of the server's family) exceeds `interface`'s MTU: the kernel then fragments
+/// every full-size datagram (an `mtu` sized for IPv4 links used over an IPv6 one, which
+/// takes 20 bytes more).
+fn warn_mtu(link: &str, interface: &str, server: std::net::SocketAddr, mtu: u32) {
+    let (outer, family) = if server.is_ipv4() {
+        (28, "IPv4")
+    } else {
+        (48, "IPv6")
+    };
+    let need = mtu as usize + multihome_proto::wire::OVERHEAD_BYTES + outer;
+    let path = format!("/sys/class/net/{interface}/mtu");
+    let Some(have) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+    else {
+        return;
+    };
+    if have < need {
+        let fit = have - (need - mtu as usize).min(have);
+        tracing::warn!(
+            "link `{link}`: a full datagram over {family} takes {need} bytes, more than \
+             interface `{interface}`'s MTU {have}: each one will be fragmented; set mtu = \
+             {fit} or less (docs/CONFIG.md)"
+        );
+    }
 }
 
 /// Marks links whose interface went down unavailable at once, and (re)binds and uses

@@ -81,10 +81,10 @@ pub fn register<T: std::os::fd::AsRawFd>(inner: T) -> Result<AsyncFd<T>> {
         .map_err(|e| anyhow::anyhow!("registering fd with the runtime: {}", e.into_parts().1))
 }
 
-/// Creates the TUN device with its address. It is opened with TSO offload: bulk TCP from
+/// Creates the TUN device with its addresses (one per family). It is opened with TSO offload: bulk TCP from
 /// local applications arrives as 64 KB super-packets (one read instead of ~45), which
 /// [`io::TunDevice`] cuts into MTU-sized packets — the largest single saving of CPU per byte.
-pub fn setup_tun(name: &str, mtu: u32, addr: ipnet::IpNet) -> Result<io::TunDevice> {
+pub fn setup_tun(name: &str, mtu: u32, addrs: &[ipnet::IpNet]) -> Result<io::TunDevice> {
     let tun = Tun::create_with_offload(name, mtu)
         .with_context(|| format!("creating TUN device {name}"))?;
     // A longer queue than the default 500 absorbs the bursts a TCP sender puts into the
@@ -92,7 +92,9 @@ pub fn setup_tun(name: &str, mtu: u32, addr: ipnet::IpNet) -> Result<io::TunDevi
     let _ = std::process::Command::new("ip")
         .args(["link", "set", "dev", name, "txqueuelen", "4096"])
         .status();
-    tun.set_address(addr)
-        .with_context(|| format!("setting {addr} on {name}"))?;
+    for addr in addrs {
+        tun.set_address(*addr)
+            .with_context(|| format!("setting {addr} on {name}"))?;
+    }
     Ok(io::TunDevice::new(register(tun)?))
 }

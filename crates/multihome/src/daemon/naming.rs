@@ -102,11 +102,17 @@ pub async fn start(s: &mut ClientSettings, key: &StaticSecret) -> Result<Option<
     loop {
         w.send_all(None);
         while let Some(e) = w.resolver.poll_event() {
-            if let Event::Use { key, tunnel, name } = e {
+            if let Event::Use {
+                key,
+                tunnel,
+                tunnels,
+                name,
+            } = e
+            {
                 tracing::info!(server = %name, %tunnel, "server resolved");
                 s.server_public_key = key;
                 for l in &mut s.links {
-                    l.server = tunnel;
+                    l.server = tunnel_for(&l.interface, &tunnels, tunnel);
                 }
                 w.attached = Some((0, false));
                 w.publish_status();
@@ -139,12 +145,16 @@ impl NamingWatch {
             retry_ms: 500,
             exclude_ms: 30_000,
         };
-        let local: SocketAddr = "0.0.0.0:0".parse().expect("literal");
+        // Dual-stack, so a link reaches IPv4 and IPv6 resolvers alike; IPv4 only where the
+        // kernel has no IPv6.
+        let any6: SocketAddr = "[::]:0".parse().expect("literal");
+        let any4: SocketAddr = "0.0.0.0:0".parse().expect("literal");
         let socks = s
             .links
             .iter()
             .map(|l| {
-                LinkSocket::bind(Some(&l.interface), local)
+                LinkSocket::bind(Some(&l.interface), any6)
+                    .or_else(|_| LinkSocket::bind(Some(&l.interface), any4))
                     .map_err(anyhow::Error::from)
                     .and_then(register)
                     .map_err(|e| tracing::warn!(link = %l.name, "no resolver socket: {e:#}"))
@@ -181,13 +191,20 @@ impl NamingWatch {
     fn send_all(&mut self, available: Option<&[bool]>) {
         while let Some((dst, bytes)) = self.resolver.poll_transmit() {
             let usable = |i: usize| available.is_none_or(|a| a.get(i).copied().unwrap_or(false));
-            let sock = (0..self.socks.len())
-                .filter(|&i| usable(i))
-                .chain(0..self.socks.len())
-                .find_map(|i| self.socks[i].as_ref());
-            if let Some(s) = sock {
-                if let Err(e) = s.get_ref().send_to(&bytes, dst) {
-                    tracing::debug!(%dst, "resolver request not sent: {e}");
+            // Usable links first, then any; the next one when a link cannot send there (no
+            // route of the resolver's family on it: a dual-stack client's IPv4-only link).
+            let mut tried = 0u32;
+            let order = (0..self.socks.len()).filter(|&i| usable(i));
+            for i in order.chain(0..self.socks.len()) {
+                let Some(s) = self.socks[i].as_ref().filter(|_| tried & (1 << i) == 0) else {
+                    continue;
+                };
+                tried |= 1 << i;
+                match s.get_ref().send_to(&bytes, dst) {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(%dst, link = %self.links[i].0, "resolver request not sent: {e}")
+                    }
                 }
             }
         }
@@ -255,8 +272,16 @@ impl NamingWatch {
             .collect()
     }
 
-    /// Replaces the session by one towards the server with `key` at `tunnel`.
-    fn switch(&mut self, clock: &Clock, core: &mut ClientCore, key: PublicKey, tunnel: SocketAddr) {
+    /// Replaces the session by one towards the server with `key` at `tunnel` (each link at
+    /// the first of `tunnels` of a family its interface has).
+    fn switch(
+        &mut self,
+        clock: &Clock,
+        core: &mut ClientCore,
+        key: PublicKey,
+        tunnel: SocketAddr,
+        tunnels: &[SocketAddr],
+    ) {
         let Some(make) = &self.make_client else {
             return;
         };
@@ -266,7 +291,11 @@ impl NamingWatch {
         };
         let now = clock.now();
         for l in core.client.links().to_vec() {
-            c.add_link(now, l.id, tunnel);
+            let server = match self.links.get(usize::from(l.id.0)) {
+                Some((_, interface)) => tunnel_for(interface, tunnels, tunnel),
+                None => tunnel,
+            };
+            c.add_link(now, l.id, server);
             c.set_link_cost(l.id, l.cost);
             c.set_link_available(now, l.id, l.available);
         }
@@ -314,7 +343,12 @@ impl Watch<ClientCore, LinkBind> for NamingWatch {
         self.resolver.handle_timeout(now);
         while let Some(e) = self.resolver.poll_event() {
             match e {
-                Event::Use { key, tunnel, .. } => self.switch(clock, core, key, tunnel),
+                Event::Use {
+                    key,
+                    tunnel,
+                    tunnels,
+                    ..
+                } => self.switch(clock, core, key, tunnel, &tunnels),
                 Event::Published { seq } => tracing::debug!(seq, "record published"),
             }
         }
@@ -324,6 +358,17 @@ impl Watch<ClientCore, LinkBind> for NamingWatch {
         core.naming = Some(self.status.clone());
         self.reset_sleep(now);
     }
+}
+
+/// The address a link on `interface` uses among a server's announced `tunnels`: the first
+/// of a family the interface has an address of, else `first` (the link then waits for
+/// such an address, as a configured server's link does).
+fn tunnel_for(interface: &str, tunnels: &[SocketAddr], first: SocketAddr) -> SocketAddr {
+    tunnels
+        .iter()
+        .copied()
+        .find(|t| super::client::has_family_address(interface, *t))
+        .unwrap_or(first)
 }
 
 /// The netlink watch and, when the server is resolved, the naming watch.

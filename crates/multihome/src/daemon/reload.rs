@@ -166,12 +166,11 @@ impl ServerReloader {
 /// The peers' prefixes routed into the TUN device (those outside its own subnet, which is
 /// routed already), as the server adds them at start.
 fn routed(s: &ServerSettings) -> Vec<IpNet> {
-    let tun_net = s.tun_address.trunc();
     let mut nets: Vec<IpNet> = s
         .peers
         .iter()
         .flat_map(|p| p.allowed_ips.iter().copied())
-        .filter(|n| !tun_net.contains(n))
+        .filter(|n| !super::server::on_tun_subnet(s, n))
         .collect();
     nets.sort_unstable();
     nets.dedup();

@@ -48,7 +48,7 @@ async fn run_loop(
     let sock = register(
         LinkSocket::bind(None, s.listen).with_context(|| format!("listening on {}", s.listen))?,
     )?;
-    let tun = setup_tun(&s.tun_name, s.mtu, s.tun_address)?;
+    let tun = setup_tun(&s.tun_name, s.mtu, &s.tun_addresses)?;
     add_routes(&s)?;
     // Removes the NAT rules when dropped, at the end of this function.
     let _nat = match &s.uplink {
@@ -93,12 +93,11 @@ async fn run_loop(
 }
 
 /// Routes each peer's allowed prefixes into the TUN device (those outside the device's
-/// own subnet, which is routed already).
+/// own subnets, which are routed already), IPv4 and IPv6 alike.
 fn add_routes(s: &ServerSettings) -> Result<()> {
-    let tun_net = s.tun_address.trunc();
     for p in &s.peers {
         for net in &p.allowed_ips {
-            if !tun_net.contains(net) {
+            if !on_tun_subnet(s, net) {
                 multihome_io::netlink::add_route(*net, &s.tun_name).with_context(|| {
                     format!("routing {net} (peer {}) into {}", p.name, s.tun_name)
                 })?;
@@ -106,6 +105,12 @@ fn add_routes(s: &ServerSettings) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `net` lies in the subnet of one of the TUN device's addresses (the kernel routes
+/// those with the address).
+pub(super) fn on_tun_subnet(s: &ServerSettings, net: &ipnet::IpNet) -> bool {
+    s.tun_addresses.iter().any(|t| t.trunc().contains(net))
 }
 
 /// The core's view of the configured peers.

@@ -12,6 +12,7 @@ mod basic;
 mod dynamics;
 mod failover;
 mod hostile;
+mod inner_v6;
 mod lifecycle;
 mod links;
 mod mobility;
