@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,13 +282,18 @@ class Topology:
             [str(self.binary), role, "--config", str(config)], f"multihome-{role}", env=env
         )
 
-    def start(self, timeout: float = 15) -> None:
-        """Write configs, start server then client, wait until every link is up."""
+    def start(self, timeout: float = 15, before_client: Callable[[], None] | None = None) -> None:
+        """Write configs, start server then client, wait until every link is up.
+
+        ``before_client`` runs once the server listens and before the client starts (e.g. an
+        attack the client must then get through)."""
         if not self.binary.exists():
             raise LabError(f"multihome binary missing: {self.binary}")
         self.write_configs()
         self.daemons["server"] = self._daemon(self.srv, "server", self.dir / "server.toml")
         self.wait_socket("server", timeout)
+        if before_client is not None:
+            before_client()
         self.daemons["client"] = self._daemon(self.cli, "client", self.dir / "client.toml")
         self.wait_established(timeout)
         self._check_routes()
