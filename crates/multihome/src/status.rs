@@ -37,6 +37,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "tx_cookie_replies": c.tx_cookie_replies,
         "rx_cookie_replies": c.rx_cookie_replies,
         "rx_handshake_rate_limited": c.rx_handshake_rate_limited,
+        "rx_before_response": c.rx_before_response,
         "tx_no_route": c.tx_no_route,
         "queue_drops": sc.queue_drops,
         "codel_drops": q.codel,

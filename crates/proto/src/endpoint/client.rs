@@ -12,6 +12,12 @@
 //! load) is opened with the mac1 of the copy it answers; its cookie is kept for that link
 //! and that copy goes out again at once with mac2 (at most `MAX_COOKIE_RESENDS` times), so
 //! a loaded server costs a legitimate client one round trip, not a retry period.
+//!
+//! The server seals data under the new keys right after its response, and the network may
+//! deliver such a datagram before the response (reordering within a link, or a faster
+//! link). One that names the pending handshake's index is held (`MAX_EARLY`, copied, not
+//! trusted) and processed once the response installed the keys (`rx_before_response`),
+//! instead of being refused as unauthenticated for keys that were about to exist.
 
 use super::datagram::Datagram;
 use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
@@ -76,6 +82,10 @@ struct Pending {
 /// make us send.
 const MAX_COOKIE_RESENDS: u8 = 2;
 
+/// Most data datagrams held while their handshake's response is awaited (a datagram or
+/// two is what a reordering link delivers ahead of it).
+const MAX_EARLY: usize = 8;
+
 /// The client.
 pub struct Client {
     cfg: ClientConfig,
@@ -99,6 +109,9 @@ pub struct Client {
     /// Sender index of the latest completed handshake: a cookie reply to one of its other
     /// copies can arrive after the response (a slower link) and is no one's fault.
     done_index: Option<u32>,
+    /// Data datagrams naming the pending handshake's index, arrived before its response
+    /// (`MAX_EARLY`), with their source: processed once the keys are installed.
+    early: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 impl Client {
@@ -124,6 +137,7 @@ impl Client {
             own_macs,
             cookies: Vec::new(),
             done_index: None,
+            early: Vec::new(),
             cfg,
             session,
             links: Vec::new(),
@@ -239,7 +253,15 @@ impl Client {
         match Datagram::parse(buf) {
             Ok(Datagram::Resp(p)) => self.handle_response(now, link, &p),
             Ok(Datagram::Data(d)) => {
-                self.session.handle_datagram(now, from, d);
+                let ahead = self
+                    .pending
+                    .as_ref()
+                    .is_some_and(|h| h.sender_index == d.receiver_index);
+                if ahead && self.early.len() < MAX_EARLY {
+                    self.early.push((from, d.datagram.to_vec()));
+                } else {
+                    self.session.handle_datagram(now, from, d);
+                }
             }
             Ok(Datagram::CookieReply(p)) => self.handle_cookie_reply(now, &p),
             Ok(Datagram::Init(_)) | Err(_) => self.counters.rx_garbage += 1,
@@ -314,6 +336,7 @@ impl Client {
                 let kp = Keypair::new(h.sender_index, p.index(), keys, now);
                 self.session.keys.install_current(kp);
                 self.session.confirm_path(now, link);
+                self.process_early(now);
                 self.established = true;
                 self.fresh = false;
                 self.all_down_since = None;
@@ -323,6 +346,18 @@ impl Client {
             Err(_) => {
                 // The initiator is consumed by a failed read; a new handshake follows.
                 self.counters.rx_handshake_failed += 1;
+            }
+        }
+    }
+
+    /// The datagrams that came ahead of the response, now that its keys are installed:
+    /// each is authenticated as any other (a forged one is counted unauthenticated).
+    fn process_early(&mut self, now: Instant) {
+        for (from, mut d) in std::mem::take(&mut self.early) {
+            if let Ok(Datagram::Data(d)) = Datagram::parse(&mut d) {
+                if self.session.handle_datagram(now, from, d) {
+                    self.counters.rx_before_response += 1;
+                }
             }
         }
     }
@@ -347,6 +382,8 @@ impl Client {
     }
 
     fn start_handshake(&mut self, now: Instant) {
+        // Held datagrams named the handshake this one replaces: its keys will never come.
+        self.early.clear();
         let mut seed = [0u8; 32];
         self.rng.fill_bytes(&mut seed);
         let Ok(mut initiator) = Initiator::new(&self.cfg.local_key, &self.cfg.server_key, seed)

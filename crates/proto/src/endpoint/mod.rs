@@ -50,6 +50,9 @@ pub struct EndpointCounters {
     pub rx_cookie_replies: u64,
     /// Initiations with a valid cookie refused by the per-source-IP rate limit (server).
     pub rx_handshake_rate_limited: u64,
+    /// Data datagrams under the new keys that arrived before the handshake response the
+    /// server sent just ahead of them (reordered), held and accepted once it came (client).
+    pub rx_before_response: u64,
     /// IP packets from the local side with no session to go to (server: no peer route).
     pub tx_no_route: u64,
     /// Decrypted IP packets whose source is outside the peer's allowed addresses.
