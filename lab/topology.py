@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -310,14 +311,24 @@ class Topology:
             [str(self.binary), role, "--config", str(config)], f"multihome-{role}", env=env
         )
 
-    def start(self, timeout: float = 15, all_links_up: bool = True) -> None:
+    def start(
+        self,
+        timeout: float = 15,
+        all_links_up: bool = True,
+        before_client: Callable[[], None] | None = None,
+    ) -> None:
         """Write configs, start server then client, wait until every link is up (or, with
-        ``all_links_up=False``, until the session is established)."""
+        ``all_links_up=False``, until the session is established).
+
+        ``before_client`` runs once the server listens and before the client starts (e.g. an
+        attack the client must then get through)."""
         if not self.binary.exists():
             raise LabError(f"multihome binary missing: {self.binary}")
         self.write_configs()
         self.daemons["server"] = self._daemon(self.srv, "server", self.dir / "server.toml")
         self.wait_socket("server", timeout)
+        if before_client is not None:
+            before_client()
         self.daemons["client"] = self._daemon(self.cli, "client", self.dir / "client.toml")
         self.wait_established(timeout, all_links_up)
         self._check_routes()

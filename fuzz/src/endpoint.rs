@@ -2,6 +2,7 @@
 //! and a keyed session's data path.
 
 use crate::records;
+use multihome_proto::crypto::cookie::MacKeys;
 use multihome_proto::crypto::{
     CipherSet, DataCipher, Initiator, OpenKey, Responder, SealKey, SessionId, StaticSecret,
     TransportKeys, TAG_LEN,
@@ -33,14 +34,19 @@ fn stranger_init() -> &'static [u8] {
         m[4..8].copy_from_slice(&7u32.to_be_bytes());
         i.write_init(1_700_000_000_000_000, 1, CipherSet::ALL, &mut m[8..])
             .expect("buffer is the message size");
+        // A right mac1 (the stranger knows the server's public key), so mutations reach
+        // the Noise code rather than stopping at the mac1 check.
+        MacKeys::new(&server).seal(&mut m, None);
         m
     })
 }
 
 /// `Responder::read_init` on the raw input returns (Ok or Err) without panicking; then
 /// the records of the input are given to a `Server` as datagrams (tag bit 0: XORed into a
-/// stranger's valid initiation). The server must never create a session nor send
-/// anything: nothing here holds a configured peer's private key.
+/// stranger's valid initiation; tag bit 1 as well: mac1 written again afterwards, as an
+/// attacker who knows the server's public key would, so the mutation reaches the Noise
+/// code). The server must never create a session nor send anything: nothing here holds a
+/// configured peer's private key.
 pub fn handshake(data: &[u8]) {
     let server_key = StaticSecret::from_bytes(SERVER_KEY);
     let _ = Responder::read_init(&server_key, [5; 32], data);
@@ -67,6 +73,9 @@ pub fn handshake(data: &[u8]) {
             let mut m = stranger_init().to_vec();
             for (d, x) in m.iter_mut().zip(body) {
                 *d ^= x;
+            }
+            if tag & 2 == 2 {
+                MacKeys::new(&StaticSecret::from_bytes(SERVER_KEY).public_key()).seal(&mut m, None);
             }
             m
         } else {

@@ -8,6 +8,7 @@
 //! unauthenticated input — never on input merely being invalid.
 
 mod config;
+mod cookie;
 mod detour;
 mod endpoint;
 mod http;
@@ -16,6 +17,7 @@ mod race;
 mod wire;
 
 pub use config::config;
+pub use cookie::cookie_reply;
 pub use detour::relay_request;
 pub use endpoint::{handshake, session_data};
 pub use http::http_request;

@@ -29,7 +29,11 @@ fn relay_list(rng: &mut ChaCha8Rng) -> (u8, Vec<u8>) {
                 .parse()
                 .unwrap(),
             key: PublicKey([rng.next_u32() as u8; 32]),
-            mode: if rng.next_u32() % 2 == 0 { Mode::Nat } else { Mode::Tunnel },
+            mode: if rng.next_u32() % 2 == 0 {
+                Mode::Nat
+            } else {
+                Mode::Tunnel
+            },
         })
         .collect();
     let (count, mut bytes) = relays::encode(&list).unwrap();
@@ -108,7 +112,7 @@ fn wire_targets() {
     for _ in 0..RUNS {
         let mut b = bytes(&mut rng, 300);
         if b.len() >= 4 && rng.next_u32() % 2 == 0 {
-            b[0] = 1 + (rng.next_u32() % 3) as u8;
+            b[0] = 1 + (rng.next_u32() % 4) as u8;
             b[2..4].fill(0);
         }
         outer_header(&b);
@@ -130,6 +134,29 @@ fn handshake_target() {
             record(&mut input, tag, &body);
         }
         handshake(&input);
+    }
+}
+
+#[test]
+fn cookie_reply_target() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    // The valid reply unchanged (accepted, one resend), twice more (one more resend, then
+    // none), then mutated and random datagrams.
+    cookie_reply(&[1, 0, 0, 1, 0, 0, 1, 0, 0]);
+    for _ in 0..RUNS / 10 {
+        let mut input = Vec::new();
+        for _ in 0..rng.next_u32() % 4 {
+            let tag = rng.next_u32() as u8;
+            let mut body = bytes(&mut rng, 80);
+            if tag & 1 == 1 && rng.next_u32() % 2 == 0 {
+                // A sparse change: one bit of the valid reply.
+                body = vec![0; 64];
+                let bit = rng.next_u32() as usize % 512;
+                body[bit / 8] = 1 << (bit % 8);
+            }
+            record(&mut input, tag, &body);
+        }
+        cookie_reply(&input);
     }
 }
 
@@ -333,7 +360,13 @@ fn naming_record_smoke() {
         }
         naming_record(&b);
         naming_record(&Request::Publish(b.clone()).encode(i as u32));
-        let resp = Response { id: 1, op: 2, status: Status::Ok, responder: sk.public_key().session_id(), records: vec![b] };
+        let resp = Response {
+            id: 1,
+            op: 2,
+            status: Status::Ok,
+            responder: sk.public_key().session_id(),
+            records: vec![b],
+        };
         naming_record(&resp.encode());
         naming_record(&bytes(&mut rng, 800));
     }
@@ -372,8 +405,9 @@ fn http_request_smoke() {
 #[test]
 fn regressions_replay() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
-    let targets: [(&str, fn(&[u8])); 10] = [
+    let targets: [(&str, fn(&[u8])); 11] = [
         ("config", crate::config),
+        ("cookie_reply", crate::cookie_reply),
         ("http_request", |b| {
             crate::http_request(b);
         }),

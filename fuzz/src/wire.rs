@@ -5,8 +5,8 @@ use multihome_proto::header_compress::Decompressor;
 use multihome_proto::wire::relays::{self, RelaysFrame};
 use multihome_proto::wire::stated::{self, PolicyFrame};
 use multihome_proto::wire::{
-    Frame, FrameReader, FrameWriter, InnerHeader, MessageType, OuterPacket, DATA_HEADER_LEN,
-    HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
+    Frame, FrameReader, FrameWriter, InnerHeader, MessageType, OuterPacket, COOKIE_REPLY_LEN,
+    DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
 };
 
 /// A TCP/IPv4 header (no options) that defines the context compressed frames are restored
@@ -30,12 +30,19 @@ pub fn outer_header(data: &[u8]) {
     match p.kind() {
         MessageType::HandshakeInit => {
             assert_eq!(data.len(), HANDSHAKE_INIT_LEN);
-            assert_eq!(p.noise(), &data[8..]);
+            // The Noise message, then mac1 and mac2 (16 bytes each).
+            assert_eq!(p.noise(), &data[8..HANDSHAKE_INIT_LEN - 32]);
         }
         MessageType::HandshakeResp => {
             assert_eq!(data.len(), HANDSHAKE_RESP_LEN);
             assert_eq!(p.resp_receiver_index().to_be_bytes(), data[8..12]);
-            assert_eq!(p.noise(), &data[12..]);
+            assert_eq!(p.noise(), &data[12..HANDSHAKE_RESP_LEN - 32]);
+        }
+        MessageType::CookieReply => {
+            assert_eq!(data.len(), COOKIE_REPLY_LEN);
+            let (nonce, sealed) = p.cookie_reply();
+            assert_eq!((&nonce[..], &sealed[..]), (&data[8..32], &data[32..]));
+            assert!(p.noise().is_empty());
         }
         MessageType::Data => {
             assert!(data.len() >= DATA_HEADER_LEN + TAG_LEN);
@@ -73,7 +80,11 @@ fn relays_are_canonical(f: &RelaysFrame<'_>) {
     assert!(list.len() <= relays::MAX_HANDED_RELAYS);
     assert!(list.iter().all(relays::is_handable));
     let (count, bytes) = relays::encode(&list).expect("a decoded list is handable");
-    assert_eq!((count, &bytes[..]), (f.count, f.relays), "relays re-encoded");
+    assert_eq!(
+        (count, &bytes[..]),
+        (f.count, f.relays),
+        "relays re-encoded"
+    );
 }
 
 /// `InnerHeader::parse` then `FrameReader` to the end or the first error; re-encoding

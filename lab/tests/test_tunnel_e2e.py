@@ -36,7 +36,7 @@ HOST_SLACK_MS = 10
 # Counters a refused or malformed datagram lands in (the contract's names plus the daemon's
 # unknown_index/malformed/spoofed/handshake ones). Not rx_duplicates: redundant copies are legit.
 REJECT_RE = re.compile(
-    r"garbage|unauth|replay|unknown_peer|unknown_index|malformed|spoofed|handshake_fail"
+    r"garbage|unauth|replay|unknown_peer|unknown_index|malformed|spoofed|handshake_fail|bad_mac1"
 )
 
 

@@ -7,7 +7,7 @@ use multihome_runtime::dashboard::{EventKind, LinkSample, Mark, Snapshot};
 use serde_json::Value;
 
 /// Endpoint counters that count refused input, with the words an event uses.
-const REFUSALS: [(&str, &str); 8] = [
+const REFUSALS: [(&str, &str); 10] = [
     ("rx_unknown_peer", "handshake from an unknown key refused"),
     ("rx_handshake_failed", "handshake failed"),
     ("rx_handshake_replayed", "replayed handshake refused"),
@@ -24,6 +24,11 @@ const REFUSALS: [(&str, &str); 8] = [
     (
         "rx_unknown_index",
         "datagrams for an unknown session dropped",
+    ),
+    ("rx_bad_mac1", "handshakes without a valid mac1 dropped"),
+    (
+        "rx_handshake_rate_limited",
+        "handshakes over the per-source rate dropped",
     ),
 ];
 

@@ -1,11 +1,12 @@
-//! Cryptography: static keys and the session identity, the Noise IK handshake, and the
-//! per-direction AEAD used for data.
+//! Cryptography: static keys and the session identity, the Noise IK handshake, the MAC
+//! fields and cookies that shield it from floods, and the per-direction AEAD used for data.
 //!
 //! Invariants: private keys are never formatted by `Debug`/`Display`; every nonce is used
 //! once per key (the sender's counter only goes up, and a keypair is retired before its
 //! counter could wrap); nothing is decrypted into session state before its tag verified.
 
 mod aead;
+pub mod cookie;
 mod keys;
 pub(crate) mod noise;
 mod suite;

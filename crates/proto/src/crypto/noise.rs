@@ -21,7 +21,7 @@ use snow::types::{Cipher, Dh, Hash, Random};
 use snow::{Builder, HandshakeState};
 
 const PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
-const PROLOGUE: &[u8] = b"multihome v4";
+const PROLOGUE: &[u8] = b"multihome v5";
 /// Payload of message 1: timestamp u64, flags u8, cipher set u8, 2 reserved bytes.
 pub const INIT_PAYLOAD_LEN: usize = 12;
 /// Response flag: data is sealed with AES-256-GCM (else ChaCha20-Poly1305).
@@ -272,7 +272,7 @@ mod tests {
         let mut i = Initiator::new(&c, &s.public_key(), [3; 32]).unwrap();
         let mut m1 = [0u8; 256];
         let n1 = i.write_init(42, INIT_FLAG_FRESH, offer, &mut m1).unwrap();
-        assert_eq!(n1, HANDSHAKE_INIT_LEN - 8);
+        assert_eq!(n1, HANDSHAKE_INIT_LEN - 8 - 32);
         let r = Responder::read_init(&s, [4; 32], &m1[..n1]).unwrap();
         assert_eq!(r.remote(), c.public_key());
         assert_eq!(r.timestamp_us(), 42);
@@ -280,7 +280,7 @@ mod tests {
         assert_eq!(r.offered(), offer);
         let mut m2 = [0u8; 256];
         let (n2, skeys) = r.write_resp(RESP_FLAG_NEW_SESSION, accept, &mut m2)?;
-        assert_eq!(n2, HANDSHAKE_RESP_LEN - 12);
+        assert_eq!(n2, HANDSHAKE_RESP_LEN - 12 - 32);
         let (ckeys, flags) = i.read_resp(&m2[..n2])?;
         Ok((ckeys, skeys, flags))
     }

@@ -6,9 +6,22 @@
 //! repeated every `REKEY_AFTER` for fresh keys, or sooner once either side has sealed the
 //! cipher's message budget (`Keypair::worn`). If every path has been down for twice the
 //! detection time the client re-handshakes too, which recovers from a server restart.
+//!
+//! Every initiation carries mac1 (it knows the server's key) and, on a link for which it
+//! holds a cookie younger than `COOKIE_LIFETIME`, mac2. A cookie reply (the server is under
+//! load) is opened with the mac1 of the copy it answers; its cookie is kept for that link
+//! and that copy goes out again at once with mac2 (at most `MAX_COOKIE_RESENDS` times), so
+//! a loaded server costs a legitimate client one round trip, not a retry period.
+//!
+//! The server seals data under the new keys right after its response, and the network may
+//! deliver such a datagram before the response (reordering within a link, or a faster
+//! link). One that names the pending handshake's index is held (`MAX_EARLY`, copied, not
+//! trusted) and processed once the response installed the keys (`rx_before_response`),
+//! instead of being refused as unauthenticated for keys that were about to exist.
 
 use super::datagram::Datagram;
 use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
+use crate::crypto::cookie::{Mac16, MacKeys, COOKIE_LIFETIME};
 use crate::crypto::{
     CipherSet, CryptoError, Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH, INIT_FLAG_RELAYS,
     RESP_FLAG_NEW_SESSION,
@@ -17,6 +30,7 @@ use crate::detour::RelaySpec;
 use crate::path::{PathId, PathState};
 use crate::policy::Classifier;
 use crate::session::{Event, Keypair, Session, SessionConfig, Side, Transmit};
+use crate::wire::outer::NOISE_INIT_LEN;
 use crate::wire::{outer, OuterPacket, HANDSHAKE_INIT_LEN};
 use crate::Instant;
 use rand_chacha::ChaCha20Rng;
@@ -58,7 +72,19 @@ struct Pending {
     initiator: Initiator,
     sender_index: u32,
     sent_at: Instant,
+    /// The copy sent on each link (its mac1 is what a cookie reply is sealed to), and how
+    /// often it was resent after a cookie reply.
+    copies: Vec<(PathId, Vec<u8>, u8)>,
 }
+
+/// Resends of one initiation copy after cookie replies: one is the normal case, a second
+/// covers the server's secret rotating in between; more would let replayed cookie replies
+/// make us send.
+const MAX_COOKIE_RESENDS: u8 = 2;
+
+/// Most data datagrams held while their handshake's response is awaited (a datagram or
+/// two is what a reordering link delivers ahead of it).
+const MAX_EARLY: usize = 8;
 
 /// The client.
 pub struct Client {
@@ -74,6 +100,18 @@ pub struct Client {
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
     counters: EndpointCounters,
     all_down_since: Option<Instant>,
+    /// mac1 keys of messages to the server (and the seal of its cookie replies).
+    server_macs: MacKeys,
+    /// mac1 keys of messages to us (the server's responses).
+    own_macs: MacKeys,
+    /// The latest cookie per link (the server sees each link's own source address).
+    cookies: Vec<(PathId, Mac16, Instant)>,
+    /// Sender index of the latest completed handshake: a cookie reply to one of its other
+    /// copies can arrive after the response (a slower link) and is no one's fault.
+    done_index: Option<u32>,
+    /// Data datagrams naming the pending handshake's index, arrived before its response
+    /// (`MAX_EARLY`), with their source: processed once the keys are installed.
+    early: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 impl Client {
@@ -92,7 +130,14 @@ impl Client {
         let mut session = Session::new(id, cfg.session, Side::Client);
         // The downlink is the receiver's business: the server applies our rules to it.
         session.state_policy(&cfg.classifier);
+        let server_macs = MacKeys::new(&cfg.server_key);
+        let own_macs = MacKeys::new(&cfg.local_key.public_key());
         Client {
+            server_macs,
+            own_macs,
+            cookies: Vec::new(),
+            done_index: None,
+            early: Vec::new(),
             cfg,
             session,
             links: Vec::new(),
@@ -208,13 +253,67 @@ impl Client {
         match Datagram::parse(buf) {
             Ok(Datagram::Resp(p)) => self.handle_response(now, link, &p),
             Ok(Datagram::Data(d)) => {
-                self.session.handle_datagram(now, from, d);
+                let ahead = self
+                    .pending
+                    .as_ref()
+                    .is_some_and(|h| h.sender_index == d.receiver_index);
+                if ahead && self.early.len() < MAX_EARLY {
+                    self.early.push((from, d.datagram.to_vec()));
+                } else {
+                    self.session.handle_datagram(now, from, d);
+                }
             }
+            Ok(Datagram::CookieReply(p)) => self.handle_cookie_reply(now, &p),
             Ok(Datagram::Init(_)) | Err(_) => self.counters.rx_garbage += 1,
         }
     }
 
+    /// A cookie reply: kept for the link of the copy it answers, which goes out again at
+    /// once with mac2.
+    fn handle_cookie_reply(&mut self, now: Instant, p: &OuterPacket<&mut [u8]>) {
+        let path = PathId(p.path());
+        let Some(copy) = self.pending.as_mut().and_then(|h| {
+            let ours = h.sender_index == p.index();
+            h.copies.iter_mut().find(|c| ours && c.0 == path)
+        }) else {
+            if self.done_index != Some(p.index()) {
+                self.counters.rx_unknown_index += 1;
+            }
+            return;
+        };
+        let (nonce, sealed) = p.cookie_reply();
+        let mac1 = crate::crypto::cookie::mac1_of(&copy.1);
+        let Some(cookie) = self.server_macs.open_cookie(&mac1, &nonce, &sealed) else {
+            self.counters.rx_handshake_failed += 1;
+            return;
+        };
+        self.counters.rx_cookie_replies += 1;
+        self.cookies.retain(|c| c.0 != path);
+        self.cookies.push((path, cookie, now));
+        if copy.2 >= MAX_COOKIE_RESENDS {
+            return;
+        }
+        copy.2 += 1;
+        self.server_macs.seal(&mut copy.1, Some(&cookie));
+        let msg = copy.1.clone();
+        if let Some(l) = self.links.iter().find(|l| l.id == path && l.available) {
+            self.handshake_out.push_back((path, l.remote, msg));
+        }
+    }
+
+    /// The cookie of link `path`, if it is fresh enough to use.
+    fn cookie(&self, now: Instant, path: PathId) -> Option<&Mac16> {
+        self.cookies
+            .iter()
+            .find(|c| c.0 == path && now.saturating_since(c.2) < COOKIE_LIFETIME)
+            .map(|c| &c.1)
+    }
+
     fn handle_response(&mut self, now: Instant, link: PathId, p: &OuterPacket<&mut [u8]>) {
+        if !self.own_macs.mac1_ok(p.bytes()) {
+            self.counters.rx_bad_mac1 += 1;
+            return;
+        }
         let matches = self
             .pending
             .as_ref()
@@ -233,9 +332,11 @@ impl Client {
                     // sequence numbers restart at zero, so ours must too.
                     self.reset_session(now);
                 }
+                self.done_index = Some(h.sender_index);
                 let kp = Keypair::new(h.sender_index, p.index(), keys, now);
                 self.session.keys.install_current(kp);
                 self.session.confirm_path(now, link);
+                self.process_early(now);
                 self.established = true;
                 self.fresh = false;
                 self.all_down_since = None;
@@ -245,6 +346,18 @@ impl Client {
             Err(_) => {
                 // The initiator is consumed by a failed read; a new handshake follows.
                 self.counters.rx_handshake_failed += 1;
+            }
+        }
+    }
+
+    /// The datagrams that came ahead of the response, now that its keys are installed:
+    /// each is authenticated as any other (a forged one is counted unauthenticated).
+    fn process_early(&mut self, now: Instant) {
+        for (from, mut d) in std::mem::take(&mut self.early) {
+            if let Ok(Datagram::Data(d)) = Datagram::parse(&mut d) {
+                if self.session.handle_datagram(now, from, d) {
+                    self.counters.rx_before_response += 1;
+                }
             }
         }
     }
@@ -269,6 +382,8 @@ impl Client {
     }
 
     fn start_handshake(&mut self, now: Instant) {
+        // Held datagrams named the handshake this one replaces: its keys will never come.
+        self.early.clear();
         let mut seed = [0u8; 32];
         self.rng.fill_bytes(&mut seed);
         let Ok(mut initiator) = Initiator::new(&self.cfg.local_key, &self.cfg.server_key, seed)
@@ -281,20 +396,24 @@ impl Client {
         let flags = if self.fresh { INIT_FLAG_FRESH } else { 0 }
             | if self.relays { INIT_FLAG_RELAYS } else { 0 };
         if initiator
-            .write_init(ts, flags, self.cfg.ciphers, &mut msg[8..])
+            .write_init(ts, flags, self.cfg.ciphers, &mut msg[8..8 + NOISE_INIT_LEN])
             .is_err()
         {
             return;
         }
+        let mut copies = Vec::new();
         for l in self.links.iter().filter(|l| l.available) {
             let mut m = msg.clone();
             outer::emit_init_header(&mut m, l.id.0, sender_index);
-            self.handshake_out.push_back((l.id, l.remote, m));
+            self.server_macs.seal(&mut m, self.cookie(now, l.id));
+            self.handshake_out.push_back((l.id, l.remote, m.clone()));
+            copies.push((l.id, m, 0));
         }
         self.pending = Some(Pending {
             initiator,
             sender_index,
             sent_at: now,
+            copies,
         });
     }
 

@@ -17,6 +17,8 @@ pub enum Datagram<'a> {
     Resp(OuterPacket<&'a mut [u8]>),
     /// Sealed data for a session.
     Data(SealedData<'a>),
+    /// A cookie for the client's source address (server to client, under load).
+    CookieReply(OuterPacket<&'a mut [u8]>),
 }
 
 impl<'a> Datagram<'a> {
@@ -26,6 +28,7 @@ impl<'a> Datagram<'a> {
         Ok(match p.kind() {
             MessageType::HandshakeInit => Datagram::Init(p),
             MessageType::HandshakeResp => Datagram::Resp(p),
+            MessageType::CookieReply => Datagram::CookieReply(p),
             MessageType::Data => Datagram::Data(SealedData {
                 receiver_index: p.index(),
                 counter: p.counter(),

@@ -12,7 +12,10 @@ mod server;
 
 pub use client::{Client, ClientConfig, LinkInfo};
 pub use datagram::Datagram;
-pub use server::{PeerConfig, PeerStatus, Server, ServerConfig};
+pub use server::{
+    PeerConfig, PeerStatus, Server, ServerConfig, LOAD_THRESHOLD, MAX_SOURCES, RATE_BURST,
+    RATE_PER_SEC,
+};
 
 use core::time::Duration;
 
@@ -38,6 +41,18 @@ pub struct EndpointCounters {
     pub rx_handshake_replayed: u64,
     /// Handshakes completed.
     pub handshakes: u64,
+    /// Handshake messages whose mac1 was wrong (server: initiations from senders that do
+    /// not know its public key; client: responses), dropped before any Diffie-Hellman.
+    pub rx_bad_mac1: u64,
+    /// Cookie replies sent (server, under load, to initiations without a valid mac2).
+    pub tx_cookie_replies: u64,
+    /// Cookie replies accepted (client); each is followed by the initiation with mac2.
+    pub rx_cookie_replies: u64,
+    /// Initiations with a valid cookie refused by the per-source-IP rate limit (server).
+    pub rx_handshake_rate_limited: u64,
+    /// Data datagrams under the new keys that arrived before the handshake response the
+    /// server sent just ahead of them (reordered), held and accepted once it came (client).
+    pub rx_before_response: u64,
     /// IP packets from the local side with no session to go to (server: no peer route).
     pub tx_no_route: u64,
     /// Decrypted IP packets whose source is outside the peer's allowed addresses.

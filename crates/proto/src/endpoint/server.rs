@@ -1,7 +1,9 @@
 //! The server endpoint: many clients on one UDP socket.
 //!
-//! A handshake initiation is answered only if the client's static key is in the peer list
-//! and its timestamp is newer than the last one accepted from that key. A data datagram is
+//! A handshake initiation is answered only if its mac1 shows it knows our public key, it
+//! passes the flood defence (`guard.rs`: under load a cookie for its source address and a
+//! per-source rate), the client's static key is in the peer list and its timestamp is
+//! newer than the last one accepted from that key; the first two cost no Diffie-Hellman. A data datagram is
 //! routed to its session by receiver index; the session follows the client's address on
 //! each path (roaming). Packets from the TUN device go to the peer whose `allowed_ips`
 //! contain the destination (longest prefix), and decrypted packets are delivered only if
@@ -17,10 +19,12 @@
 //! longer polled because some other peer's datagram arrived (with many peers that used
 //! to cost a call into every session per datagram).
 
+mod guard;
 mod index;
 
 use super::datagram::Datagram;
 use super::EndpointCounters;
+use crate::crypto::cookie::{mac1_of, MacKeys};
 use crate::crypto::{
     CipherSet, CryptoError, PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH, INIT_FLAG_RELAYS,
     RESP_FLAG_NEW_SESSION,
@@ -29,8 +33,11 @@ use crate::detour::RelaySpec;
 use crate::path::PathId;
 use crate::policy::Policy;
 use crate::session::{Event, Keypair, SealedData, Session, SessionConfig, Side, Transmit};
-use crate::wire::{outer, OuterPacket, HANDSHAKE_RESP_LEN};
+use crate::wire::outer::NOISE_RESP_LEN;
+use crate::wire::{outer, OuterPacket, COOKIE_REPLY_LEN, HANDSHAKE_RESP_LEN};
 use crate::Instant;
+use guard::{Admit, Guard};
+pub use guard::{LOAD_THRESHOLD, MAX_SOURCES, RATE_BURST, RATE_PER_SEC};
 use index::{PeerSet, Routes, Timers};
 use ipnet::IpNet;
 use rand_chacha::ChaCha20Rng;
@@ -115,7 +122,12 @@ pub struct Server {
     next_rx_peer: usize,
     events: VecDeque<(usize, Event)>,
     relays: Handed,
+    guard: Guard,
 }
+
+/// Most handshake messages (responses, cookie replies) queued for `poll_transmit`: a
+/// caller that stops draining them cannot make a flood grow the queue.
+const MAX_HANDSHAKE_OUT: usize = 4096;
 
 impl Server {
     /// A server for `cfg` with a deterministic RNG (simulation and tests only: handshake
@@ -139,7 +151,9 @@ impl Server {
             })
             .collect();
         let by_key = key_index(&cfg.peers);
+        let guard = Guard::new(&cfg.local_key.public_key());
         Server {
+            guard,
             routes: Routes::new(&cfg.peers),
             timers: RefCell::new(Timers::new(peers.len())),
             tx_ready: PeerSet::new(peers.len()),
@@ -264,6 +278,17 @@ impl Server {
         self.counters
     }
 
+    /// Replaces the load threshold of the flood defence (initiations with a valid mac1
+    /// per second, default `LOAD_THRESHOLD`; tests and benchmarks).
+    pub fn set_load_threshold(&mut self, per_sec: u32) {
+        self.guard.set_threshold(per_sec);
+    }
+
+    /// Whether the server is under handshake load at `now` (initiations need a cookie).
+    pub fn under_load(&self, now: Instant) -> bool {
+        self.guard.under_load(now)
+    }
+
     /// Peers and their sessions.
     pub fn peers(&self) -> impl Iterator<Item = PeerStatus<'_>> {
         self.peers.iter().map(|p| PeerStatus {
@@ -284,7 +309,9 @@ impl Server {
         match Datagram::parse(buf) {
             Ok(Datagram::Init(p)) => self.handle_init(now, from, &p),
             Ok(Datagram::Data(d)) => self.route_data(now, from, d),
-            Ok(Datagram::Resp(_)) | Err(_) => self.counters.rx_garbage += 1,
+            Ok(Datagram::Resp(_) | Datagram::CookieReply(_)) | Err(_) => {
+                self.counters.rx_garbage += 1
+            }
         }
     }
 
@@ -303,7 +330,38 @@ impl Server {
         }
     }
 
+    /// The flood defence, before any Diffie-Hellman: false (counted, perhaps a cookie
+    /// reply queued) if the initiation goes no further.
+    fn screen_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) -> bool {
+        if !self.guard.keys().mac1_ok(p.bytes()) {
+            self.counters.rx_bad_mac1 += 1;
+            return false;
+        }
+        match self.guard.admit(now, &mut self.rng, from, p.bytes()) {
+            Admit::Process => true,
+            Admit::RateLimited => {
+                self.counters.rx_handshake_rate_limited += 1;
+                false
+            }
+            Admit::Cookie => {
+                if self.handshake_out.len() < MAX_HANDSHAKE_OUT {
+                    let mac1 = mac1_of(p.bytes());
+                    let (nonce, sealed) = self.guard.cookie_reply(now, &mut self.rng, from, &mac1);
+                    let mut out = [0u8; COOKIE_REPLY_LEN];
+                    outer::emit_cookie_reply(&mut out, p.path(), p.index(), &nonce, &sealed);
+                    self.handshake_out
+                        .push_back((PathId(p.path()), from, out.to_vec()));
+                    self.counters.tx_cookie_replies += 1;
+                }
+                false
+            }
+        }
+    }
+
     fn handle_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) {
+        if !self.screen_init(now, from, p) {
+            return;
+        }
         let mut seed = [0u8; 32];
         self.rng.fill_bytes(&mut seed);
         let resp = match Responder::read_init(&self.cfg.local_key, seed, p.noise()) {
@@ -336,7 +394,8 @@ impl Server {
             0
         };
         let mut out = vec![0u8; HANDSHAKE_RESP_LEN];
-        let keys = match resp.write_resp(flags, self.cfg.ciphers, &mut out[12..]) {
+        let keys = match resp.write_resp(flags, self.cfg.ciphers, &mut out[12..12 + NOISE_RESP_LEN])
+        {
             Ok((_, keys)) => keys,
             // Nothing was written or changed: the client hears nothing, as for a key we
             // do not know, and the operator sees why in this counter.
@@ -351,6 +410,8 @@ impl Server {
         };
         outer::emit_resp_header(&mut out, path.0, local_index, client_index);
         let peer = &mut self.peers[pi];
+        // mac1 under the client's key lets it drop forged responses before its DH.
+        MacKeys::new(&peer.cfg.public_key).seal(&mut out, None);
         peer.last_timestamp = timestamp;
         let kp = Keypair::new(local_index, client_index, keys, now);
         match peer.session.as_mut() {
@@ -382,7 +443,9 @@ impl Server {
             self.by_index.insert(idx, pi);
         }
         self.counters.handshakes += 1;
-        self.handshake_out.push_back((path, from, out));
+        if self.handshake_out.len() < MAX_HANDSHAKE_OUT {
+            self.handshake_out.push_back((path, from, out));
+        }
         self.touched(pi);
     }
 

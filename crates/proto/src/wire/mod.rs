@@ -18,7 +18,8 @@ pub use frame::{
     NackFrame, PairFrame,
 };
 pub use outer::{
-    MessageType, OuterPacket, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN,
+    MessageType, OuterPacket, COOKIE_REPLY_LEN, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN,
+    HANDSHAKE_RESP_LEN,
 };
 
 /// Bytes added by encapsulation before the IP/UDP headers: outer data header, inner

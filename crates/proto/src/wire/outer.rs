@@ -1,14 +1,17 @@
 //! The cleartext outer header (see `docs/PROTOCOL.md` §2).
 //!
 //! ```text
-//! HandshakeInit: type=1 | path u8 | 0u16 | sender_index u32 | noise IK message 1 (108 B)
-//! HandshakeResp: type=2 | path u8 | 0u16 | sender_index u32 | receiver_index u32 | noise msg 2 (49 B)
+//! HandshakeInit: type=1 | path u8 | 0u16 | sender_index u32 | noise IK message 1 (108 B) | mac1 | mac2
+//! HandshakeResp: type=2 | path u8 | 0u16 | sender_index u32 | receiver_index u32 | noise msg 2 (49 B) | mac1 | mac2
 //! Data:          type=3 | path u8 | 0u16 | receiver_index u32 | counter u64 | sealed payload + tag
+//! CookieReply:   type=4 | path u8 | 0u16 | receiver_index u32 | nonce (24 B) | sealed cookie (32 B)
 //! ```
 //! The whole 16-byte data header is the AEAD's associated data, so the path id and the
-//! counter are authenticated although they travel in clear.
+//! counter are authenticated although they travel in clear. The MAC fields (16 bytes
+//! each, `crypto/cookie.rs`) end every handshake message.
 
 use super::WireError;
+use crate::crypto::cookie::{COOKIE_NONCE_LEN, MACS_LEN, SEALED_COOKIE_LEN};
 
 /// Length of the data header (also the AEAD associated data).
 pub const DATA_HEADER_LEN: usize = 16;
@@ -17,9 +20,11 @@ pub const NOISE_INIT_LEN: usize = 32 + 48 + 12 + 16;
 /// Length of the Noise IK second message with its 1-byte flags payload: e, payload, tag.
 pub const NOISE_RESP_LEN: usize = 32 + 1 + 16;
 /// Full length of a handshake initiation datagram.
-pub const HANDSHAKE_INIT_LEN: usize = 8 + NOISE_INIT_LEN;
+pub const HANDSHAKE_INIT_LEN: usize = 8 + NOISE_INIT_LEN + MACS_LEN;
 /// Full length of a handshake response datagram.
-pub const HANDSHAKE_RESP_LEN: usize = 12 + NOISE_RESP_LEN;
+pub const HANDSHAKE_RESP_LEN: usize = 12 + NOISE_RESP_LEN + MACS_LEN;
+/// Full length of a cookie reply datagram.
+pub const COOKIE_REPLY_LEN: usize = 8 + COOKIE_NONCE_LEN + SEALED_COOKIE_LEN;
 
 /// The first byte of every datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +35,8 @@ pub enum MessageType {
     HandshakeResp = 2,
     /// Transport data sealed with the session keys.
     Data = 3,
+    /// A cookie for the initiator's source address, server to client (under load).
+    CookieReply = 4,
 }
 
 impl MessageType {
@@ -38,6 +45,7 @@ impl MessageType {
             1 => Ok(MessageType::HandshakeInit),
             2 => Ok(MessageType::HandshakeResp),
             3 => Ok(MessageType::Data),
+            4 => Ok(MessageType::CookieReply),
             other => Err(WireError::UnknownType(other)),
         }
     }
@@ -61,6 +69,7 @@ impl<T: AsRef<[u8]>> OuterPacket<T> {
             MessageType::HandshakeInit => HANDSHAKE_INIT_LEN,
             MessageType::HandshakeResp => HANDSHAKE_RESP_LEN,
             MessageType::Data => DATA_HEADER_LEN + crate::crypto::TAG_LEN,
+            MessageType::CookieReply => COOKIE_REPLY_LEN,
         };
         if b.len() < need {
             return Err(WireError::Truncated {
@@ -68,12 +77,8 @@ impl<T: AsRef<[u8]>> OuterPacket<T> {
                 have: b.len(),
             });
         }
-        if matches!(
-            kind,
-            MessageType::HandshakeInit | MessageType::HandshakeResp
-        ) && b.len() != need
-        {
-            // Handshakes have a fixed size; anything else is not ours.
+        if kind != MessageType::Data && b.len() != need {
+            // Handshakes and cookie replies have a fixed size; anything else is not ours.
             return Err(WireError::Truncated {
                 need,
                 have: b.len(),
@@ -95,7 +100,7 @@ impl<T: AsRef<[u8]>> OuterPacket<T> {
         self.buf.as_ref()[1]
     }
 
-    /// Sender's index (handshake messages); receiver's index (data).
+    /// Sender's index (handshake messages); receiver's index (data, cookie reply).
     pub fn index(&self) -> u32 {
         read_u32(self.buf.as_ref(), 4)
     }
@@ -111,14 +116,36 @@ impl<T: AsRef<[u8]>> OuterPacket<T> {
         u64::from_be_bytes(b[8..16].try_into().unwrap_or([0; 8]))
     }
 
-    /// The Noise message carried by a handshake.
+    /// The Noise message carried by a handshake (without the MAC fields).
     pub fn noise(&self) -> &[u8] {
         let b = self.buf.as_ref();
         match self.kind {
-            MessageType::HandshakeInit => &b[8..],
-            MessageType::HandshakeResp => &b[12..],
-            MessageType::Data => &[],
+            MessageType::HandshakeInit => &b[8..8 + NOISE_INIT_LEN],
+            MessageType::HandshakeResp => &b[12..12 + NOISE_RESP_LEN],
+            MessageType::Data | MessageType::CookieReply => &[],
         }
+    }
+
+    /// The whole datagram (a handshake's MACs cover it, `crypto::cookie`).
+    pub fn bytes(&self) -> &[u8] {
+        self.buf.as_ref()
+    }
+
+    /// The nonce and the sealed cookie of a cookie reply (zeros for other types).
+    pub fn cookie_reply(&self) -> ([u8; COOKIE_NONCE_LEN], [u8; SEALED_COOKIE_LEN]) {
+        let b = self.buf.as_ref();
+        let field = |at: usize, n: usize| {
+            b.get(at..at + n)
+                .filter(|_| self.kind == MessageType::CookieReply)
+        };
+        (
+            field(8, COOKIE_NONCE_LEN)
+                .and_then(|s| s.try_into().ok())
+                .unwrap_or([0; COOKIE_NONCE_LEN]),
+            field(8 + COOKIE_NONCE_LEN, SEALED_COOKIE_LEN)
+                .and_then(|s| s.try_into().ok())
+                .unwrap_or([0; SEALED_COOKIE_LEN]),
+        )
     }
 
     /// The data header (associated data) and the sealed payload with its tag.
@@ -134,6 +161,22 @@ impl<T: AsRef<[u8]>> OuterPacket<T> {
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]))
+}
+
+/// Writes a cookie reply (`COOKIE_REPLY_LEN` bytes into `out`).
+pub fn emit_cookie_reply(
+    out: &mut [u8; COOKIE_REPLY_LEN],
+    path: u8,
+    receiver_index: u32,
+    nonce: &[u8; COOKIE_NONCE_LEN],
+    sealed: &[u8; SEALED_COOKIE_LEN],
+) {
+    out[0] = MessageType::CookieReply as u8;
+    out[1] = path;
+    out[2..4].fill(0);
+    out[4..8].copy_from_slice(&receiver_index.to_be_bytes());
+    out[8..8 + COOKIE_NONCE_LEN].copy_from_slice(nonce);
+    out[8 + COOKIE_NONCE_LEN..].copy_from_slice(sealed);
 }
 
 /// Writes a handshake initiation header; the caller appends the Noise message at `[8..]`.
@@ -201,6 +244,25 @@ mod tests {
         emit_init_header(&mut h, 0, 5);
         assert!(OuterPacket::new_checked(&h[..]).is_err());
         assert!(OuterPacket::new_checked(&h[..HANDSHAKE_INIT_LEN]).is_ok());
+        let mut c = [0u8; COOKIE_REPLY_LEN + 1];
+        c[0] = 4;
+        assert!(OuterPacket::new_checked(&c[..]).is_err());
+        assert!(OuterPacket::new_checked(&c[..COOKIE_REPLY_LEN - 1]).is_err());
+        assert!(OuterPacket::new_checked(&c[..COOKIE_REPLY_LEN]).is_ok());
+    }
+
+    #[test]
+    fn sizes_and_cookie_reply_fixture() {
+        assert_eq!((HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN), (148, 93));
+        assert_eq!(COOKIE_REPLY_LEN, 64);
+        let mut b = [0u8; COOKIE_REPLY_LEN];
+        emit_cookie_reply(&mut b, 1, 0x0a0b_0c0d, &[5; 24], &[6; 32]);
+        assert_eq!(&b[..8], &[4, 1, 0, 0, 0x0a, 0x0b, 0x0c, 0x0d]);
+        let p = OuterPacket::new_checked(&b[..]).unwrap();
+        assert_eq!(p.kind(), MessageType::CookieReply);
+        assert_eq!((p.path(), p.index()), (1, 0x0a0b_0c0d));
+        assert_eq!(p.cookie_reply(), ([5; 24], [6; 32]));
+        assert!(p.noise().is_empty());
     }
 
     proptest! {
@@ -208,6 +270,7 @@ mod tests {
         fn never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
             if let Ok(p) = OuterPacket::new_checked(&data[..]) {
                 let _ = (p.path(), p.index(), p.counter(), p.noise(), p.split_data());
+                let _ = (p.bytes(), p.cookie_reply());
                 if p.kind() == MessageType::HandshakeResp { let _ = p.resp_receiver_index(); }
             }
         }

@@ -4,9 +4,10 @@
 //! counter and change nothing a user can see.
 
 use super::*;
+use crate::crypto::cookie::MacKeys;
 use crate::crypto::TAG_LEN;
 use crate::session::SessionCounters;
-use crate::wire::{DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN};
+use crate::wire::{COOKIE_REPLY_LEN, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN};
 
 /// A client whose key is not in the peer list retries forever and never gets a byte back
 /// (no answer means no amplification and no oracle for key guessing).
@@ -46,6 +47,7 @@ fn unknown_client_key_gets_no_answer() {
 enum Refusal {
     Garbage,
     UnknownIndex,
+    BadMac1,
     HandshakeFailed,
     HandshakeReplayed,
     Unauthenticated,
@@ -60,7 +62,8 @@ fn expected(b: &[u8], live_index: u32) -> Refusal {
     };
     let reserved_ok = b.len() >= 4 && b[2] == 0 && b[3] == 0;
     match t {
-        1 if b.len() == HANDSHAKE_INIT_LEN && reserved_ok => Refusal::HandshakeFailed,
+        // Random bytes do not carry the right mac1 (2^-128).
+        1 if b.len() == HANDSHAKE_INIT_LEN && reserved_ok => Refusal::BadMac1,
         3 if b.len() >= DATA_HEADER_LEN + TAG_LEN && reserved_ok => {
             let index = u32::from_be_bytes(b[4..8].try_into().unwrap());
             if index == live_index {
@@ -76,15 +79,16 @@ fn expected(b: &[u8], live_index: u32) -> Refusal {
 /// Random datagrams shaped enough like ours to reach every stage of the parser: the type
 /// byte and reserved field are often valid, the lengths often the handshake sizes.
 fn random_datagram(rng: &mut ChaCha8Rng) -> Vec<u8> {
-    let len = match rng.next_u32() % 8 {
+    let len = match rng.next_u32() % 9 {
         0 => HANDSHAKE_INIT_LEN,
         1 => HANDSHAKE_RESP_LEN,
+        2 => COOKIE_REPLY_LEN,
         _ => (rng.next_u32() % 1500) as usize,
     };
     let mut b = vec![0u8; len];
     rng.fill_bytes(&mut b);
     if len >= 4 && !rng.next_u32().is_multiple_of(4) {
-        b[0] = 1 + (rng.next_u32() % 3) as u8;
+        b[0] = 1 + (rng.next_u32() % 4) as u8;
         b[2..4].fill(0);
     }
     b
@@ -118,6 +122,7 @@ fn injected_garbage_is_counted_and_harmless() {
         .remote_index;
     let (ep0, s0) = counts(&p);
     let attacker: SocketAddr = "192.0.2.66:666".parse().unwrap();
+    let server_macs = MacKeys::new(&p.server_cfg.local_key.public_key());
     let mut rng = ChaCha8Rng::seed_from_u64(0x6a4b);
     let mut want: std::collections::BTreeMap<Refusal, u64> = Default::default();
     let mut injected = 0u64;
@@ -145,6 +150,15 @@ fn injected_garbage_is_counted_and_harmless() {
                 let b = random_datagram(&mut rng);
                 let r = expected(&b, live_index);
                 add(p, b, r);
+            }
+            if n % 20 == 0 {
+                // Random Noise bytes behind a right mac1 (anyone who knows the server's
+                // public key can write it) reach the Diffie-Hellman and fail there.
+                let mut b = random_datagram(&mut rng);
+                b.resize(HANDSHAKE_INIT_LEN, 0);
+                b[..4].copy_from_slice(&[1, 0, 0, 0]);
+                server_macs.seal(&mut b, None);
+                add(p, b, Refusal::HandshakeFailed);
             }
             if n % 100 == 0 {
                 add(p, init.clone(), Refusal::HandshakeReplayed);
@@ -183,6 +197,7 @@ fn injected_garbage_is_counted_and_harmless() {
             Refusal::UnknownIndex,
             ep.rx_unknown_index - ep0.rx_unknown_index,
         ),
+        (Refusal::BadMac1, ep.rx_bad_mac1 - ep0.rx_bad_mac1),
         (
             Refusal::HandshakeFailed,
             ep.rx_handshake_failed - ep0.rx_handshake_failed,
@@ -200,10 +215,8 @@ fn injected_garbage_is_counted_and_harmless() {
     for (r, n) in got {
         assert_eq!(n, want.get(&r).copied().unwrap_or(0), "{r:?}: {want:?}");
     }
-    // Every category was exercised (so the exact counts above mean something). Measured:
-    // garbage 1553, unknown index 521, handshake failed 64, handshake replayed 10,
-    // unauthenticated 1000, replayed 1872 — 5020 datagrams against a 1000-packet stream.
-    assert_eq!(want.len(), 6, "{want:?}");
+    // Every category was exercised (so the exact counts above mean something).
+    assert_eq!(want.len(), 7, "{want:?}");
     assert_eq!(got.iter().map(|g| g.1).sum::<u64>(), injected);
     assert_eq!(s.rx_malformed, s0.rx_malformed);
     assert_eq!(ep.handshakes, ep0.handshakes, "garbage made a handshake");

@@ -11,6 +11,7 @@
 mod basic;
 mod dynamics;
 mod failover;
+mod flood;
 mod hostile;
 mod inner_v6;
 mod lifecycle;
@@ -43,7 +44,7 @@ const SERVER: &str = "10.9.9.9:7000";
 /// Path id the harness uses for datagrams injected by an attacker (no link involved).
 const INJECTED: u8 = u8::MAX;
 /// Datagrams at least this long carry an IP packet (tests use packets of ≥ 200 bytes;
-/// handshakes are 116/60 bytes, ACK/PING-only datagrams under 80).
+/// handshakes are 148/93 bytes, cookie replies 64, ACK/PING-only datagrams under 80).
 const DATA_MIN_LEN: usize = 200;
 
 #[derive(Clone, Copy)]
