@@ -89,9 +89,10 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                 "rx_bytes": c.rx_bytes,
                 "tx_packets": c.tx_packets,
                 "rx_packets": c.rx_packets,
-                "reorder_window_ms": reo.0.as_secs_f64() * 1e3,
-                "rx_reordered": reo.1,
-                "rx_spurious_losses": reo.2,
+                "reorder_window_ms": p.reorder_window().as_secs_f64() * 1e3,
+                "rx_reordered": reo.0,
+                "rx_spurious_losses": reo.1,
+                "rx_declared_lost": reo.2,
                 "share": if total > 0 { c.tx_bytes as f64 / total as f64 } else { 0.0 },
             })
         })
