@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from lab.demo_report import write_report
+from lab.demo_report import headline, write_report
 from lab.linkem import linkem_binary
 from lab.netns import REPO_ROOT, Lab, LabError
 from lab.results import git_revision
@@ -241,7 +241,9 @@ def summarize(  # noqa: PLR0917 - one call site, the measurements of run() in or
 def check_ready() -> None:
     for what, path in (("multihome", multihome_binary()), ("linkem", linkem_binary())):
         if not path.exists():
-            sys.exit(f"{what} binary missing at {path}: run `sudo bash scripts/setup.sh` first")
+            sys.exit(
+                f"{what} binary missing at {path}: run `bash scripts/setup.sh` (as root) first"
+            )
 
 
 def main() -> None:
@@ -268,8 +270,10 @@ def main() -> None:
     data["revision"], data["dirty"], data["scenario"] = rev, dirty, args.scenario
     step(5, f"report in {out_dir}")
     report = write_report(out_dir, data)
-    print(report.read_text())
-    print(f"demo took {time.monotonic() - start:.0f} s; report: {report}")
+    print(f"\n  {headline(data)}\n")
+    print(f"  report: {report}")
+    print(f"  plots:  {out_dir / 'links.png'}, failover.png, voip.png (PNG and SVG)")
+    print(f"demo took {time.monotonic() - start:.0f} s")
 
 
 if __name__ == "__main__":

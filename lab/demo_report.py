@@ -1,6 +1,7 @@
 """The demo's report: a markdown summary and three plots (PNG and SVG) in one folder.
 
-Role: turn the dictionary :func:`lab.demo.run` measured into ``report.md``, ``summary.json``,
+Role: turn the dictionary :func:`lab.demo.run` measured into ``report.md`` (which opens with the
+one line that matters, :func:`headline`, and the per-link picture), ``summary.json``,
 ``links.{png,svg}`` (per-link download rate over the whole demo, from the status deltas),
 ``failover.{png,svg}`` (goodput in 100 ms bins while LTE fails and returns) and
 ``voip.{png,svg}`` (one-way latency of every VoIP packet, lost ones marked).
@@ -82,6 +83,16 @@ def plot_voip(out_dir: Path, d: dict) -> None:
     _save(fig, out_dir, "voip")
 
 
+def headline(d: dict) -> str:
+    """The one line that matters: bonded vs each link alone, the failover gap, VoIP loss."""
+    a, f, v = d["alone_mbps"], d["fail"], d["voip"]
+    return (
+        f"Bonded {d['bonded_mbps']:.1f} Mbit/s vs DSL alone {a['dsl']:.1f} and LTE alone "
+        f"{a['lte']:.1f}; LTE cut: longest gap {f['gap_s']:.1f} s; VoIP lost {v['lost']} of "
+        f"{v['expected']} packets ({v['loss']:.2%})"
+    )
+
+
 def markdown(d: dict) -> str:
     a, f, v = d["alone_mbps"], d["fail"], d["voip"]
     lat = v["latency_ms_all"]
@@ -92,6 +103,10 @@ def markdown(d: dict) -> str:
         else f"not within the {f['lte_observed_after_up_s']:.0f} s observed"
     )
     return f"""# multihome demo — revision {d["revision"]}{" (dirty tree)" if d["dirty"] else ""}
+
+**{headline(d)}**
+
+![per-link throughput](links.png)
 
 Emulated home: lab/scenarios/{d.get("scenario", "home")}.toml (the default, home: DSL 20/5
 Mbit/s constant, 10 ms each way; LTE a synthetic trace, 30/8 Mbit/s mean with short outages,
@@ -107,8 +122,6 @@ everything else aggregate.
 | sum of the links alone | {sum(a.values()):.1f} |
 | **bonded through multihome** (mean of 100 ms bins after 2 s) | **{d["bonded_mbps"]:.1f}** |
 | bonded / best link alone | {d["bonded_mbps"] / best_alone:.2f} |
-
-![per-link throughput](links.png)
 
 ## LTE fails and comes back (bulk download + VoIP at the same time)
 

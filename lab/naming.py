@@ -44,6 +44,7 @@ TUN_MTU = 1420
 MAGIC = b"MHNR"
 KIND_IDENTITY, KIND_SERVER = 1, 2
 # Refusal codes in a response's status byte (16 + signed::Refusal's code).
+REFUSED_OVERSIZED, REFUSED_UNSIGNED = 16 + 1, 16 + 2
 REFUSED_BAD_SIGNATURE, REFUSED_STALE = 16 + 4, 16 + 7
 
 
@@ -251,14 +252,28 @@ class NamingLab:
         """SIGKILL server ``i`` by its PID (a crash: nothing is cleaned up, no record removed)."""
         self.daemons[f"server{i}"].stop(sig=signal.SIGKILL, timeout=5)
 
-    # ---- what a client shows ----
+    # ---- what a client and a server show ----
+
+    def _status(self, ns: Namespace, sock: Path, as_json: bool) -> str | None:
+        cmd = [str(self.binary), "status", "--socket", str(sock)] + (["--json"] if as_json else [])
+        res = ns.run(cmd, check=False, timeout=5)
+        return res.stdout if res.returncode == 0 else None
 
     def status(self, k: int) -> dict | None:
-        sock = self.dir / f"client{k}.sock"
-        res = self.cli[k].run(
-            [str(self.binary), "status", "--json", "--socket", str(sock)], check=False, timeout=5
-        )
-        return json.loads(res.stdout) if res.returncode == 0 else None
+        """Client ``k``'s ``multihome status --json``."""
+        out = self._status(self.cli[k], self.dir / f"client{k}.sock", True)
+        return json.loads(out) if out is not None else None
+
+    def status_text(self, k: int) -> str:
+        """Client ``k``'s ``multihome status`` (the table view)."""
+        return self._status(self.cli[k], self.dir / f"client{k}.sock", False) or ""
+
+    def server_status(self, i: int, *, text: bool = False) -> dict | str:
+        """Server ``i``'s ``multihome status`` (JSON, or the table view with ``text``)."""
+        out = self._status(self.srv[i], self.dir / f"server{i}.sock", not text)
+        if out is None:
+            raise LabError(f"server{i}: no status")
+        return out if text else json.loads(out)
 
     def served_by(self, k: int) -> int | None:
         """The server whose session client ``k`` has established, if any."""

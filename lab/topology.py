@@ -33,6 +33,7 @@ tunnel (``tunnel=False`` instead installs plain routes over link 0, to test the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -107,9 +108,13 @@ class Topology:
         binary: Path | None = None,
         client_extra: dict | None = None,
         server_extra: dict | None = None,
+        client_links: int | None = None,
     ) -> None:
         self.lab = lab
         self.links = links
+        # The client's config lists the first ``client_links`` links (the others are built
+        # and addressed, for a reload to add).
+        self.client_links = len(links) if client_links is None else client_links
         self.policy = policy
         self.rules = rules or []
         self.detect_ms = detect_ms
@@ -127,6 +132,8 @@ class Topology:
         self.veths: list[Veth] = []
         self.emulated: dict[int, LinkemLink] = {}
         self.outsider: Namespace | None = None
+        # Further peers of the server: (name, tunnel address), each run in ``out``.
+        self.extra_clients: list[tuple[str, str]] = []
         self._build()
 
     # ---- construction ----
@@ -207,13 +214,15 @@ class Topology:
         links: list[tuple[str, str, str]],
         routes: list[str],
         sock: Path,
+        *,
+        tun_address: str = TUN_CLIENT,
     ) -> dict:
         client: dict = {
             "private_key_file": f"{key_name}.key",
             "server_public_key": server_pub,
             "server": links[0][2],
             "tun_name": "mh0",
-            "tun_address": f"{TUN_CLIENT}/24",
+            "tun_address": f"{tun_address}/24",
             "mtu": TUN_MTU,
             "routes": routes,
             "control_socket": str(sock),
@@ -252,8 +261,13 @@ class Topology:
                 }
             ],
         }
+        for name, tun_ip in self.extra_clients:
+            server["peer"].append(
+                {"name": name, "public_key": self.keygen(name), "allowed_ips": [f"{tun_ip}/32"]}
+            )
         links = [
-            (spec.name, f"l{i}", f"{link_ip(i, 'srv')}:{PORT}") for i, spec in enumerate(self.links)
+            (spec.name, f"l{i}", f"{link_ip(i, 'srv')}:{PORT}")
+            for i, spec in enumerate(self.links[: self.client_links])
         ]
         client = self.client_config(
             "client", self.server_pub, links, [ORIGIN_PREFIX], self.sockets["client"]
@@ -323,6 +337,12 @@ class Topology:
         except json.JSONDecodeError as exc:
             raise LabError(f"status {side}: not JSON: {res.stdout[:500]!r}") from exc
 
+    def status_text(self, side: str = "client") -> str:
+        """``multihome status`` of ``client`` or ``server`` as a person reads it (text)."""
+        ns = self.cli if side == "client" else self.srv
+        cmd = [str(self.binary), "status", "--socket", str(self.sockets[side])]
+        return ns.run(cmd, timeout=10).stdout
+
     def session(self, side: str = "client") -> dict | None:
         sessions = self.status(side).get("sessions", [])
         return sessions[0] if sessions else None
@@ -346,7 +366,7 @@ class Topology:
             last = sess
             if sess and sess.get("established"):
                 states = [lk["state"] for lk in sess.get("links", [])]
-                if not all_links_up or (len(states) == len(self.links) and set(states) == {"up"}):
+                if not all_links_up or (len(states) == self.client_links and set(states) == {"up"}):
                     return sess
             time.sleep(0.1)
         raise LabError(
@@ -440,6 +460,39 @@ class Topology:
         (self.dir / "rogue.toml").write_text(tomli_w.dumps(cfg))
         self.daemons["rogue"] = self._daemon(out, "client", self.dir / "rogue.toml")
         return sock
+
+    def add_client(self, name: str, tun_ip: str) -> None:
+        """Another client of the server, known to it (call before :meth:`start`; run it
+        with :meth:`start_client`): one link ``o0`` from the outsider namespace, the origin's
+        prefix routed into its tunnel, tunnel address ``tun_ip``."""
+        self.extra_clients.append((name, tun_ip))
+
+    def start_client(self, name: str, timeout: float = 15) -> Path:
+        """Start the client :meth:`add_client` named; wait for its session; its socket."""
+        tun_ip = dict(self.extra_clients)[name]
+        out = self.add_outsider()
+        sock = self.dir / f"{name}.sock"
+        links = [(name, "o0", f"{OUTSIDER_PREFIX}.1:{PORT}")]
+        cfg = self.client_config(
+            name, self.server_pub, links, [ORIGIN_PREFIX], sock, tun_address=tun_ip
+        )
+        (self.dir / f"{name}.toml").write_text(tomli_w.dumps(cfg))
+        self.daemons[name] = self._daemon(out, "client", self.dir / f"{name}.toml")
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive(name)
+            with contextlib.suppress(LabError, OSError, ValueError):
+                doc = out.run(
+                    [str(self.binary), "status", "--socket", str(sock), "--json"],
+                    check=False,
+                    timeout=10,
+                ).stdout
+                sessions = json.loads(doc or "{}").get("sessions") or [{}]
+                if sessions[0].get("established"):
+                    return sock
+            if time.monotonic() > deadline:
+                raise LabError(f"client {name} not established:\n{self.daemons[name].tail()}")
+            time.sleep(0.1)
 
     def stop(self) -> dict[str, int | None]:
         """Stop the daemons (SIGTERM, the clean path); return their exit codes."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: format and lint checks, Rust unit/property/netns tests,
-# a short fuzzing pass over every parser, and the end-to-end lab tests in network
-# namespaces. Run as root on Debian 12. Exits non-zero on the first failing stage.
+# a short fuzzing pass over every parser, the end-to-end lab tests in network namespaces,
+# and the install test of the .deb. Run as root on Debian 12. Exits non-zero on the first
+# failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$(echo ~root)/.cargo/bin:$PATH"
@@ -27,3 +28,6 @@ fi
 
 stage "end-to-end lab tests (network namespaces)"
 .venv/bin/python -m pytest -q lab/tests
+
+stage "package (the .deb built, installed with apt, verified, purged)"
+bash scripts/test-package.sh

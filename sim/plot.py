@@ -40,7 +40,7 @@ def averaged(rows, keys, value):
 
 
 def reorder_occupancy(results: Path, out: Path) -> None:
-    rows = read_rows(results / "seed003_reorder" / "summary.csv")
+    rows = read_rows(results / "mobilityfirst_reorder" / "summary.csv")
     occ = averaged(rows, ["case", "scheduler", "traffic"], "reorder_down_mean_occ_bytes")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     for row, traffic in enumerate(["saturate", "bulk"]):
@@ -59,12 +59,12 @@ def reorder_occupancy(results: Path, out: Path) -> None:
         "Reorder buffer occupancy at the client vs path disparity (Mukherjee fig. 4.5/4.6)"
     )
     fig.tight_layout()
-    fig.savefig(out / "seed003_occupancy.png", dpi=110)
+    fig.savefig(out / "mobilityfirst_occupancy.png", dpi=110)
     plt.close(fig)
 
 
 def reorder_density(results: Path, out: Path) -> None:
-    base = results / "seed003_reorder"
+    base = results / "mobilityfirst_reorder"
     xs = list(range(-DENSITY_SPAN - 1, DENSITY_SPAN + 2))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, sched in zip(axes, ["weighted", "earliest"], strict=True):
@@ -82,12 +82,12 @@ def reorder_density(results: Path, out: Path) -> None:
     axes[0].set_ylabel("fraction of packets")
     fig.suptitle("Reorder density vs rate ratio (Mukherjee fig. 4.7)")
     fig.tight_layout()
-    fig.savefig(out / "seed003_density.png", dpi=110)
+    fig.savefig(out / "mobilityfirst_density.png", dpi=110)
     plt.close(fig)
 
 
 def both_vs_best(results: Path, out: Path) -> None:
-    rows = read_rows(results / "seed003_both_vs_best" / "summary.csv")
+    rows = read_rows(results / "mobilityfirst_both_vs_best" / "summary.csv")
     done = averaged(rows, ["bytes", "ratio", "policy"], "completion_s")
     sizes = sorted({int(r["bytes"]) for r in rows})
     ratios = sorted({int(r["ratio"]) for r in rows})
@@ -111,13 +111,13 @@ def both_vs_best(results: Path, out: Path) -> None:
     fig.colorbar(im, label="completion(best) / completion(both): > 1 = striping pays")
     ax.set_title("Best path vs both paths (Mukherjee fig. 4.10)")
     fig.tight_layout()
-    fig.savefig(out / "seed003_both_vs_best.png", dpi=110)
+    fig.savefig(out / "mobilityfirst_both_vs_best.png", dpi=110)
     plt.close(fig)
 
 
 def loss_table(results: Path, out: Path) -> None:
-    one = read_rows(results / "seed004_loss" / "summary.csv")
-    two = read_rows(results / "seed004_loss_2links" / "summary.csv")
+    one = read_rows(results / "rmtp_loss" / "summary.csv")
+    two = read_rows(results / "rmtp_loss_2links" / "summary.csv")
     losses = ["0.0", "0.001", "0.01"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, rate in zip(axes, ["1mbit", "10mbit"], strict=True):
@@ -141,13 +141,13 @@ def loss_table(results: Path, out: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("One NewReno-like flow under random loss (Magalhães's loss table)")
     fig.tight_layout()
-    fig.savefig(out / "seed004_loss.png", dpi=110)
+    fig.savefig(out / "rmtp_loss.png", dpi=110)
     plt.close(fig)
 
 
 def fairness(results: Path, out: Path) -> None:
     panels = []
-    for name, key in [("seed004_fairness", "mode"), ("seed004_fairness_2links", "scheduler")]:
+    for name, key in [("rmtp_fairness", "mode"), ("rmtp_fairness_2links", "scheduler")]:
         for f in sorted((results / name).glob("*_s1.json")):
             r = json.loads(f.read_text())
             label = f"{r['point'].get(key)} ({'1' if name.endswith('fairness') else '2'} link)"
@@ -163,7 +163,7 @@ def fairness(results: Path, out: Path) -> None:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "seed004_fairness.png", dpi=110)
+    fig.savefig(out / "rmtp_fairness.png", dpi=110)
     plt.close(fig)
 
 

@@ -10,6 +10,7 @@
 mod config;
 mod detour;
 mod endpoint;
+mod http;
 mod naming;
 mod race;
 mod wire;
@@ -17,6 +18,7 @@ mod wire;
 pub use config::config;
 pub use detour::relay_request;
 pub use endpoint::{handshake, session_data};
+pub use http::http_request;
 pub use naming::naming_record;
 pub use race::{nfqueue, race_packet};
 pub use wire::{frames, outer_header};

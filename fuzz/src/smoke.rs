@@ -3,6 +3,9 @@
 //! bodies' own assertions are known to hold on well-formed input.
 
 use super::*;
+use multihome_proto::crypto::PublicKey;
+use multihome_proto::detour::{Mode, RelaySpec};
+use multihome_proto::wire::relays::{self, RelaysFrame};
 use multihome_proto::wire::stated::PolicyFrame;
 use multihome_proto::wire::{AckFrame, DataFlags, DataFrame, FrameWriter, InnerHeader, NackFrame};
 use rand_chacha::ChaCha8Rng;
@@ -14,6 +17,27 @@ fn bytes(rng: &mut ChaCha8Rng, max: u32) -> Vec<u8> {
     let mut b = vec![0u8; (rng.next_u32() % max) as usize];
     rng.fill_bytes(&mut b);
     b
+}
+
+/// A RELAYS frame's count and bytes: a valid list of up to 3 relays, or (one time in
+/// four) its bytes with one flipped.
+fn relay_list(rng: &mut ChaCha8Rng) -> (u8, Vec<u8>) {
+    let list: Vec<RelaySpec> = (0..rng.next_u32() % 4)
+        .map(|i| RelaySpec {
+            name: format!("r{i}{}", "x".repeat((rng.next_u32() % 20) as usize)),
+            address: format!("192.0.2.{}:{}", i + 1, 1 + rng.next_u32() % 60000)
+                .parse()
+                .unwrap(),
+            key: PublicKey([rng.next_u32() as u8; 32]),
+            mode: if rng.next_u32() % 2 == 0 { Mode::Nat } else { Mode::Tunnel },
+        })
+        .collect();
+    let (count, mut bytes) = relays::encode(&list).unwrap();
+    if !bytes.is_empty() && rng.next_u32() % 4 == 0 {
+        let at = rng.next_u32() as usize % bytes.len();
+        bytes[at] ^= 1 << (rng.next_u32() % 8);
+    }
+    (count, bytes)
 }
 
 /// A well-formed plaintext: inner header and a random mix of frames.
@@ -31,7 +55,8 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
         if rng.next_u32() % 2 == 0 {
             rules.fill(0); // all-zero rules are valid: any protocol, port, DSCP -> best
         }
-        let _ = match rng.next_u32() % 7 {
+        let (count, list) = relay_list(rng);
+        let _ = match rng.next_u32() % 9 {
             0 => w.ack(&AckFrame {
                 path: (rng.next_u32() % 3) as u8,
                 largest: rng.next_u32() % 64,
@@ -46,6 +71,12 @@ fn plaintext(rng: &mut ChaCha8Rng) -> Vec<u8> {
                 rules: &rules[..rules.len() / 10 * 10],
             }),
             6 => w.policy_ack(rng.next_u32() % 4),
+            7 => w.relays(&RelaysFrame {
+                epoch: rng.next_u32() % 4,
+                count,
+                relays: &list,
+            }),
+            8 => w.relays_ack(rng.next_u32() % 4),
             2 => w.nack(&NackFrame {
                 path: (rng.next_u32() % 3) as u8,
                 first: rng.next_u32() % 64,
@@ -304,10 +335,39 @@ fn naming_record_smoke() {
 /// Every input a fuzzer once crashed on, kept in `fuzz/regressions/<target>/` and replayed
 /// on stable so a fixed crash stays fixed even where nightly is unavailable.
 #[test]
+fn http_request_smoke() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let lines = [
+        &b"GET /api/history?since=1 HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        b"HEAD / HTTP/1.0\n\n",
+        b"POST /api/status HTTP/1.1\r\n\r\n",
+    ];
+    let mut parsed = 0;
+    for i in 0..RUNS {
+        // A valid head, kept whole, cut, or with a byte changed; or random bytes.
+        let mut b = lines[i % lines.len()].to_vec();
+        match rng.next_u32() % 4 {
+            0 => {}
+            1 => b.truncate((rng.next_u32() as usize) % b.len()),
+            2 => {
+                let at = (rng.next_u32() as usize) % b.len();
+                b[at] = rng.next_u32() as u8;
+            }
+            _ => b = bytes(&mut rng, 200),
+        }
+        parsed += usize::from(http_request(&b));
+    }
+    assert!(parsed > RUNS / 4, "too few heads parsed: {parsed}");
+}
+
+#[test]
 fn regressions_replay() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
-    let targets: [(&str, fn(&[u8])); 9] = [
+    let targets: [(&str, fn(&[u8])); 10] = [
         ("config", crate::config),
+        ("http_request", |b| {
+            crate::http_request(b);
+        }),
         ("naming_record", crate::naming_record),
         ("frames", crate::frames),
         ("handshake", crate::handshake),

@@ -2,6 +2,7 @@
 
 use multihome_proto::crypto::TAG_LEN;
 use multihome_proto::header_compress::Decompressor;
+use multihome_proto::wire::relays::{self, RelaysFrame};
 use multihome_proto::wire::stated::{self, PolicyFrame};
 use multihome_proto::wire::{
     Frame, FrameReader, FrameWriter, InnerHeader, MessageType, OuterPacket, DATA_HEADER_LEN,
@@ -62,10 +63,24 @@ fn stated_is_canonical(f: &PolicyFrame<'_>) {
     assert_eq!(rules, f.rules, "rules re-encoded");
 }
 
+/// A RELAYS frame's list (`wire::relays`): decoding never panics; what decodes has at
+/// most `MAX_HANDED_RELAYS` relays, each one a server may hand out, and encodes back to the
+/// frame's bytes exactly.
+fn relays_are_canonical(f: &RelaysFrame<'_>) {
+    let Ok(list) = relays::decode(f) else {
+        return;
+    };
+    assert!(list.len() <= relays::MAX_HANDED_RELAYS);
+    assert!(list.iter().all(relays::is_handable));
+    let (count, bytes) = relays::encode(&list).expect("a decoded list is handable");
+    assert_eq!((count, &bytes[..]), (f.count, f.relays), "relays re-encoded");
+}
+
 /// `InnerHeader::parse` then `FrameReader` to the end or the first error; re-encoding
 /// what parsed with `FrameWriter` must give the input's bytes exactly (all of them if no
 /// frame failed, else the prefix that parsed) — the encoding is canonical; a POLICY
-/// frame's statement decodes canonically too (`stated_is_canonical`).
+/// frame's statement and a RELAYS frame's list decode canonically too
+/// (`stated_is_canonical`, `relays_are_canonical`).
 pub fn frames(data: &[u8]) {
     let Ok((hdr, rest)) = InnerHeader::parse(data) else {
         assert!(data.len() < InnerHeader::LEN, "valid header refused");
@@ -97,6 +112,11 @@ pub fn frames(data: &[u8]) {
                 w.policy(&f)
             }
             Ok(Frame::PolicyAck(epoch)) => w.policy_ack(epoch),
+            Ok(Frame::Relays(f)) => {
+                relays_are_canonical(&f);
+                w.relays(&f)
+            }
+            Ok(Frame::RelaysAck(epoch)) => w.relays_ack(epoch),
             Ok(Frame::DataCompressed(c)) => {
                 // Whatever the body, restoring it must not panic; a restored packet is a
                 // well-formed IPv4/TCP packet of the announced length.

@@ -14,7 +14,12 @@ without a detour; issue 15), ``detour-relay`` (what forwarding a detour costs th
 CPU; issue 15), ``naming`` (resolver publish/lookup latency on the embedded store and
 etcd, failover of 100 clients when their server dies; issue 18), ``vehicular`` (60-80 MB
 downloads from a car passing Wi-Fi hotspots: a resuming TCP/IP application vs multihome with
-store-and-forward; issue 16), ``all``. Needs root; builds its own namespaces and removes
+store-and-forward; issue 16), ``handoff-voice`` (a 64 kbit/s voice stream through Wi-Fi
+handoffs with LTE beside: loss and delay around each handoff per policy, simulator and a lab
+cross-check; issue 16), ``vehicular-lte`` (§4.2.2 of the same study on one drive: striping
+over Wi-Fi and a steady LTE link against the sum of each alone, lab and simulator; issue 16),
+``outage`` (a download across a 30 s outage with a new address:
+multihome against plain TCP; issue 16), ``all``. Needs root; builds its own namespaces and removes
 them, even after a failure.
 """
 
@@ -30,11 +35,14 @@ from lab.bench import (
     detour_relay,
     detours,
     failover,
+    handoff_voice,
     naming,
+    outage,
     overhead,
     realtime_media,
     simult_flows,
     vehicular,
+    vehicular_lte,
 )
 
 SUITES = (
@@ -49,6 +57,9 @@ SUITES = (
     "detour-relay",
     "naming",
     "vehicular",
+    "handoff-voice",
+    "outage",
+    "vehicular-lte",
 )
 
 
@@ -58,7 +69,8 @@ def main() -> int:
     parser.add_argument(
         "--runs",
         type=int,
-        help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range)",
+        help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range, "
+        "outage 2)",
     )
     parser.add_argument(
         "--cases",
@@ -68,7 +80,8 @@ def main() -> int:
         "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
         "these cases or trace pairs by name; detours: "
         "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
-        "ranges 100-300 300-500 and the cross-check point fixed-400",
+        "ranges 100-300 300-500 and the cross-check point fixed-400; naming: latency cases by "
+        "name (lab/bench/naming.py CASES) and 'failover'",
     )
     parser.add_argument(
         "--scheduler",
@@ -82,8 +95,15 @@ def main() -> int:
         "copies-cpu: seconds per point (default 5); "
         "realtime-media: seconds per measured stream (default 20); "
         "detours, detour-relay: seconds per run (default 20, 10); "
-        "naming: seconds of timed load per store (default 20)",
+        "naming: seconds of timed load per store (default 20); "
+        "handoff-voice: seconds of voice in each lab run (default 120)",
     )
+    parser.add_argument(
+        "--skip-sim",
+        action="store_true",
+        help="handoff-voice: use the simulator's results already in sim/results",
+    )
+    parser.add_argument("--skip-lab", action="store_true", help="handoff-voice: the simulator only")
     parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
     parser.add_argument(
         "--mechanisms",
@@ -137,9 +157,19 @@ def main() -> int:
                 isolate=args.isolate,
             )
         elif suite == "naming":
-            naming.main(seconds=int(args.seconds or 20), clients=args.clients)
+            naming.main(seconds=int(args.seconds or 20), clients=args.clients, only=args.cases)
         elif suite == "vehicular":
             vehicular.main(runs=args.runs, only=args.cases)
+        elif suite == "handoff-voice":
+            handoff_voice.main(
+                seconds=args.seconds,
+                sim_from="sim/results" if args.skip_sim else None,
+                lab=not args.skip_lab,
+            )
+        elif suite == "outage":
+            outage.main(runs=args.runs or 2)
+        elif suite == "vehicular-lte":
+            vehicular_lte.main()
         else:
             failover.main(runs=args.runs or 3)
     return 0

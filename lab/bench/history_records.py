@@ -139,12 +139,16 @@ def _failover(d: dict) -> list[tuple[str, dict]]:
 def _naming(d: dict) -> list[tuple[str, dict]]:
     out = []
     for r in d["latency"]:
-        case = r["store"] + (" leader killed" if r.get("killed_leader") is not None else "")
+        # Older results had no case names: the store, and whether the leader was killed.
+        killed = " leader killed" if r.get("killed_leader") is not None else ""
+        case = r.get("case") or r["store"] + killed
         f = {f"publish_{k}": _r(v) for k, v in r["publish"].items() if k.endswith("_ms")}
         f |= {f"lookup_{k}": _r(v) for k, v in r["lookup"].items() if k.endswith("_ms")}
         f["records_lost"] = r["verify"]["missing"] + r["verify"]["stale"]
         out.append((case, f))
     fo = d["failover"]
+    if not fo:
+        return out
     fs = fo["failover_s"]
     f = {"clients": fo["clients"], "moved": fo["moved"], "without_server": fo["without_server"]}
     if fs:
@@ -176,6 +180,35 @@ def _vehicular(d: dict) -> list[tuple[str, dict]]:
         figs = {f"median_s_{m}": v for m, v in s["median_s"].items()}
         figs.update(_figs(s, ("median_gain", "paired_gain_median", "trials")))
         out.append((name, figs))
+    return out
+
+
+def _outage(d: dict) -> list[tuple[str, dict]]:
+    keys = ("first_bytes_after_return_s_median", "none_within_s", "runs")
+    return [(case, _figs(s, keys)) for case, s in d["summary"].items()]
+
+
+def _vehicular_lte(d: dict) -> list[tuple[str, dict]]:
+    s = d["summary"]
+    f = _figs(s, ("ratio_lab", "ratio_sim"))
+    for src in ("lab", "sim"):
+        f |= {f"{src}.{m}.seconds": _r(v["seconds"]) for m, v in s[src].items()}
+    return [("fixed-400", f)]
+
+
+def _handoff_voice(d: dict) -> list[tuple[str, dict]]:
+    """One record per simulator point (gap, mechanism) and per cross-check mechanism."""
+    keys = ("handoffs", "lost_per_handoff_mean", "lost_per_handoff_p95", "window_loss")
+    keys += ("window_late", "window_delay_p95_ms", "window_delay_p99_ms", "steady_loss")
+    out = []
+    for gap, by in d["summary"]["sim"].items():
+        out += [(f"sim gap={gap} {m}", _figs(f, keys)) for m, f in by.items()]
+    for m, c in d["summary"]["crosscheck"].items():
+        f = {}
+        for src in ("lab", "sim"):
+            if c.get(src):
+                f |= _figs(c[src], keys, f"{src}.")
+        out.append((f"crosscheck {m}", f))
     return out
 
 
@@ -289,6 +322,9 @@ EXTRACT = {
     "realtime-media": _realtime_media,
     "detours": _detours,
     "vehicular": _vehicular,
+    "outage": _outage,
+    "handoff-voice": _handoff_voice,
+    "vehicular-lte": _vehicular_lte,
 }
 
 

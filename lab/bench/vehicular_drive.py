@@ -9,14 +9,17 @@ Role: at each event of the schedule, do to the client's link what a Wi-Fi interf
   (the DHCP lease is gone);
 - association (``enter``): carrier back, linkem forwards again; no address yet (DHCP runs);
 - DHCP done (``up``): a new address ``10.0.<100 + n>.2/24`` (n = 1, 2, ...; attachment 0
-  keeps the topology's ``10.0.1.2``), the host route to the server's end of the link
-  (``10.0.1.1``, the tunnel server's public address) and, without the tunnel, the origin's
+  keeps the topology's ``10.0.<i + 1>.2`` on link ``i``), the host route to the server's end
+  of the link (``10.0.<i + 1>.1``, the tunnel server's public address) and, without the
+  tunnel, the origin's
   prefix via it, both with the new source; the server side routes the new subnet over the
   same veth (the access network's job, done once at set-up);
 - edge of coverage (optional): loss steps before ``down`` (``linkem set both loss=...``).
 
 Invariants: events are applied in time order from one thread, each at its time relative to
-``start()`` (late by the ``ip`` commands' run time, a few ms, logged as ``lag``); ``stop()``
+``start()`` (late by the ``ip`` commands' run time, a few ms, logged as ``lag``; ``begun`` and
+``mono`` are CLOCK_MONOTONIC before and after its commands ran, the clock the lab's tools
+print); ``stop()``
 returns the link to attachment 0's state (carrier, address, routes) so the next trial starts
 connected. Only the namespaces of the topology are touched.
 """
@@ -33,9 +36,10 @@ FIRST_SUBNET = 100
 SUBNETS = 150
 
 
-def subnet_of(index: int) -> int:
-    """Third octet of attachment ``index``'s address (attachment 0: the topology's own)."""
-    return 1 if index == 0 else FIRST_SUBNET + 1 + (index - 1) % SUBNETS
+def subnet_of(index: int, link: int = 0) -> int:
+    """Third octet of attachment ``index``'s address (attachment 0: the topology's own
+    address on link ``link``, ``10.0.<link + 1>.2``)."""
+    return link + 1 if index == 0 else FIRST_SUBNET + 1 + (index - 1) % SUBNETS
 
 
 class DrivePlayer:
@@ -49,7 +53,7 @@ class DrivePlayer:
         self.plain = plain
         self.link = topo.emulated[i]
         self.server_ip = link_ip(i, "srv")
-        self.addr: str | None = f"10.0.{subnet_of(0)}.2"
+        self.addr: str | None = link_ip(i, "cli")
         self.log: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -82,13 +86,17 @@ class DrivePlayer:
             delay = self.t0 + at - time.monotonic()
             if self._stop.wait(max(0.0, delay)):
                 return
+            begun = time.monotonic()
             self.apply(what, att)
+            done = time.monotonic()
             self.log.append(
                 {
                     "t": round(at, 3),
                     "event": what,
                     "index": att.index,
-                    "lag": round(time.monotonic() - self.t0 - at, 4),
+                    "lag": round(done - self.t0 - at, 4),
+                    "begun": begun,
+                    "mono": done,
                 }
             )
 
@@ -104,7 +112,7 @@ class DrivePlayer:
             self.link.set("both", loss=0)
             self.link.up()
         elif what == "up":
-            self.configure(f"10.0.{subnet_of(att.index)}.2")
+            self.configure(f"10.0.{subnet_of(att.index, self.i)}.2")
         elif what.startswith("loss="):
             self.link.set("both", loss=what.split("=", 1)[1])
 
@@ -136,7 +144,7 @@ class DrivePlayer:
         self.link.ns.ip("link", "set", "la", "up")
         self.link.set("both", loss=0)
         self.link.up()
-        first = f"10.0.{subnet_of(0)}.2"
+        first = link_ip(self.i, "cli")
         if self.addr != first:
             if self.addr:
                 self.topo.cli.ip("addr", "del", f"{self.addr}/24", "dev", self.dev, check=False)

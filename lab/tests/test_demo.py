@@ -36,3 +36,9 @@ def test_demo_runs_and_reports(multihome_bin: Path, linkem_bin: Path, tmp_path: 
     assert d["fail"]["zero_gap_s"] <= 2.0, d["fail"]
     assert d["voip"]["loss"] < 0.01, {k: v for k, v in d["voip"].items() if k != "packets"}
     assert "t=" in stdout and "LTE DOWN" in stdout  # the live view ran
+    # The report opens with the one line that matters and the picture; the terminal ends
+    # with that line.
+    lines = [ln for ln in (out / "report.md").read_text().splitlines() if ln.strip()]
+    assert lines[1].startswith("**Bonded ") and "LTE cut: longest gap" in lines[1], lines[:3]
+    assert lines[2] == "![per-link throughput](links.png)", lines[:3]
+    assert lines[1].strip("*") in stdout

@@ -1,6 +1,7 @@
 """End-to-end tests of detour paths (docs/PROTOCOL.md §15): a single-homed client gains a
-second tunnel path through a `multihome relay` and uses it; the relay dies mid-transfer and the
-transfer completes over the direct path.
+second tunnel path through a `multihome relay` and uses it — listed in its own config, or handed
+out by the server (§15.7); the relay dies mid-transfer and the transfer completes over the
+direct path.
 
 Topology: lab/topology.py with one link (``direct``, cli l0 — srv l0) plus a relay namespace
 ``rly`` behind the server's namespace, which routes between them (Brennan's setting: the relay
@@ -33,10 +34,12 @@ DETOUR = "direct via rly"
 
 
 class DetourTopology(Topology):
-    """One link plus a relay behind the server's namespace; the client lists the relay."""
+    """One link plus a relay behind the server's namespace; the client lists the relay, or
+    (``handed``) the server does and hands it to the client."""
 
-    def __init__(self, lab: Lab, binary: Path, mode: str) -> None:
+    def __init__(self, lab: Lab, binary: Path, mode: str, handed: bool = False) -> None:
         self.mode = mode
+        self.handed = handed
         self.relay_pub = ""
         super().__init__(lab, [LinkSpec("direct")], policy="aggregate", binary=binary)
         self.rly = lab.ns("rly")
@@ -114,19 +117,25 @@ class DetourTopology(Topology):
     def write_configs(self) -> None:
         super().write_configs()
         self.start_relay()
-        # Rewrite the client's config with the relay (its key exists only now).
+        # Rewrite the configs with the relay (its key exists only now): the client's own
+        # [[relay]], or the server's list it hands out.
+        relay = {
+            "name": "rly",
+            "address": f"{RELAY_NET}.2:{RELAY_PORT}",
+            "public_key": self.relay_pub,
+            "mode": self.mode,
+        }
         path = self.dir / "client.toml"
         cfg = tomllib.loads(path.read_text())
         cfg["client"]["detours"] = 1
-        cfg["relay"] = [
-            {
-                "name": "rly",
-                "address": f"{RELAY_NET}.2:{RELAY_PORT}",
-                "public_key": self.relay_pub,
-                "mode": self.mode,
-            }
-        ]
+        if not self.handed:
+            cfg["relay"] = [relay]
         path.write_text(tomli_w.dumps(cfg))
+        if self.handed:
+            path = self.dir / "server.toml"
+            cfg = tomllib.loads(path.read_text())
+            cfg["relay"] = [relay]
+            path.write_text(tomli_w.dumps(cfg))
 
     def wait_established(self, timeout: float = 15, all_links_up: bool = True) -> dict:
         # Detour paths come and go: only the direct link must be up.
@@ -154,8 +163,8 @@ def carried(topo: Topology) -> dict[str, int]:
     return {lk["name"]: lk["tx_bytes"] + lk["rx_bytes"] for lk in sess["links"]}
 
 
-def start(lab: Lab, binary: Path, mode: str) -> DetourTopology:
-    topo = DetourTopology(lab, binary, mode)
+def start(lab: Lab, binary: Path, mode: str, handed: bool = False) -> DetourTopology:
+    topo = DetourTopology(lab, binary, mode, handed)
     topo.start()
     topo.wait_detour("up", timeout=15)
     return topo
@@ -186,6 +195,47 @@ def test_single_homed_client_gains_a_detour(lab: Lab, multihome_bin: Path) -> No
     relay = topo.status("relay", sock=topo.dir / "relay.sock")
     assert relay["detours"] == 0, relay
     assert relay["counters"]["released"] == 1, relay
+
+
+def test_server_hands_out_the_relay(lab: Lab, multihome_bin: Path) -> None:
+    """The client's config lists no relay; the server's lists one and hands it out: the client
+    gains a detour path through it (status: "direct via rly", source server) and a transfer
+    arrives intact over both paths; once a reload empties the server's list, the client
+    retires the detour."""
+    topo = start(lab, multihome_bin, "nat", handed=True)
+    assert "relay" not in tomllib.loads((topo.dir / "client.toml").read_text())
+    st = topo.status()["detours"]
+    assert [(r["name"], r["source"]) for r in st["relays"]] == [("rly", "server")], st
+    active = [c for c in st["candidates"] if c["state"] == "active"]
+    assert [c["source"] for c in active] == ["server"], st
+    handed = topo.status("server")["sessions"][0]["relay_list"]
+    assert handed["relays"] == 1 and handed["acked"], handed
+    before = carried(topo)
+    mib = 20
+    res = topo.transfer(mib, "cubic").wait(timeout=mib * 8 * 1.05 / (0.5 * DIRECT_MBIT) + 10)
+    assert res.intact, res
+    after = carried(topo)
+    moved = {k: after[k] - before.get(k, 0) for k in after}
+    print(f"handed-out detour: {res.mbps:.1f} Mbit/s, moved {moved}")
+    assert moved[DETOUR] > 0, moved
+    assert moved["direct"] > 0, moved
+    assert topo.detour_link()["state"] == "up"
+    # The server stops handing the relay out (`multihome reload`): the client retires the
+    # detour — path down, entry released at the relay — and forgets the relay.
+    path = topo.dir / "server.toml"
+    cfg = tomllib.loads(path.read_text())
+    del cfg["relay"]
+    path.write_text(tomli_w.dumps(cfg))
+    res = topo.srv.run([str(topo.binary), "reload", "--config", str(path)], check=False)
+    assert res.returncode == 0 and "relays handed out: none" in res.stdout, res
+    topo.wait_detour("down", timeout=5)
+    deadline = time.monotonic() + 5
+    while topo.status()["detours"]["relays"]:
+        assert time.monotonic() < deadline, topo.status()["detours"]
+        time.sleep(0.1)
+    relay = topo.status("relay", sock=topo.dir / "relay.sock")
+    assert relay["detours"] == 0 and relay["counters"]["released"] == 1, relay
+    assert topo.link_states()["direct"] == "up"
 
 
 def test_relay_killed_mid_transfer(lab: Lab, multihome_bin: Path) -> None:

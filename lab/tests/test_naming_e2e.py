@@ -18,7 +18,9 @@ from pathlib import Path
 from lab.naming import (
     KIND_IDENTITY,
     REFUSED_BAD_SIGNATURE,
+    REFUSED_OVERSIZED,
     REFUSED_STALE,
+    REFUSED_UNSIGNED,
     NamingLab,
     ask,
     name_of,
@@ -41,15 +43,21 @@ def test_failover_through_etcd(lab: Lab, multihome_bin: Path) -> None:
     first = nl.served_by(0)
     assert first is not None
     assert nl.transfer(0, 4, port=9001).wait(30).intact
-    # Its record, read through the *other* server's resolver (shared through etcd), names
-    # the server in use.
+    # Its record, read through the *other* server's resolver (shared through etcd, in that
+    # server's watched copy within milliseconds), names the server in use.
     other = 1 - first
     me = nl.keys["client0"]
     wait_for(lambda: nl.status(0)["naming"]["published_seq"] is not None, 5, "record published")
+    seq = nl.status(0)["naming"]["published_seq"]
+    wait_for(lambda: nl.resolve(0, me, other)["seq"] >= seq, 2, "record at the other server")
     rec = nl.resolve(0, me, other)
     srv = nl.resolve(0, nl.keys[f"server{first}"], other, server=True)
     assert rec["server"] == srv["name"], (rec, srv)
     assert rec["links"][0]["address"] == "10.63.0.1"
+    # What the client's `status` shows: the server in use and its record's publication.
+    text = nl.status_text(0)
+    assert f"at 10.60.{first}.1:7000, record published" in text, text
+    assert f"(seq {seq})" in text or "(seq " in text, text
 
     nl.kill_server(first)
     t0 = time.monotonic()
@@ -58,6 +66,7 @@ def test_failover_through_etcd(lab: Lab, multihome_bin: Path) -> None:
     assert took <= FAILOVER_BAR_S, f"failover took {took:.2f}s"
     st = nl.status(0)["naming"]
     assert st["failovers"] == 1
+    assert st["server_address"] == f"10.60.{other}.1:7000"
     assert nl.transfer(0, 4, port=9002).wait(30).intact
     wait_for(
         lambda: (
@@ -72,9 +81,10 @@ def test_failover_through_etcd(lab: Lab, multihome_bin: Path) -> None:
 def test_embedded_store_refuses_forgeries_and_survives_restart(
     lab: Lab, multihome_bin: Path
 ) -> None:
-    """One server, embedded store: a record altered after signing and a replayed copy are
-    refused (status codes 20 and 23) and change nothing; after the server restarts the
-    client's record is still served, from disk."""
+    """One server, embedded store: a record altered after signing, the same without its
+    signature, an oversized one and a replayed copy are refused (status codes 20, 18, 17,
+    23), change nothing and show in the server's `status` per reason; after the server
+    restarts the client's record is still served, from disk."""
     nl = NamingLab(lab, servers=1, clients=1, store="embedded", binary=multihome_bin)
     nl.start()
     wait_for(lambda: nl.served_by(0) == 0, 20, "client established")
@@ -92,10 +102,20 @@ def test_embedded_store_refuses_forgeries_and_survives_restart(
     forged = bytearray(good)
     forged[-64 - 3] ^= 0x01
     assert ask(nl.cli[0], server_ip(0), 3, bytes(forged))[0] == REFUSED_BAD_SIGNATURE
+    unsigned = bytes(forged[:-64]) + bytes(64)
+    assert ask(nl.cli[0], server_ip(0), 3, unsigned)[0] == REFUSED_UNSIGNED
+    assert ask(nl.cli[0], server_ip(0), 3, good + bytes(700))[0] == REFUSED_OVERSIZED
     # Replayed: the very record already stored.
     assert ask(nl.cli[0], server_ip(0), 3, good)[0] == REFUSED_STALE
     after = nl.resolve(0, me, 0)
     assert (after["seq"], after["links"]) == (before["seq"], before["links"])
+    # The server's operator sees each refusal by reason, in JSON and in the table view.
+    refused = nl.server_status(0)["naming"]["refused"]
+    assert refused["total"] == 4, refused
+    assert (refused["bad_signature"], refused["unsigned"]) == (1, 1), refused
+    assert (refused["oversized"], refused["stale"]) == (1, 1), refused
+    text = nl.server_status(0, text=True)
+    assert "refused 4 (unsigned 1, bad_signature 1, stale 1, oversized 1)" in text, text
     # Restart: stop the client first (it would publish again), then the server.
     nl.daemons["client0"].stop()
     nl.daemons["server0"].stop()

@@ -12,6 +12,8 @@ exception, a reset after connecting is ``reset``.
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 from lab.netns import Lab
@@ -166,14 +168,25 @@ def test_dscp_pins_an_uplink(lab: Lab, multihome_bin: Path) -> None:
 
 
 def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
+    """Intact, and the dashboard's API shows it: the chosen uplink's interface received the
+    100 MiB, and its plotted download rate rose."""
     t = topo(lab, multihome_bin)
-    t.start_race("race")
+    t.start_race("race", dashboard="127.0.0.1:8088")
     res = t.get("/seeded/100/7", sha256=True, timeout=120)
     assert res["status"] == "ok", res
     assert res["bytes"] == 100 << 20, res
     assert res["sha256"] == expected_sha256(100, 7), res
     st = t.status()
     assert st["counters"]["relayed_down_bytes"] > 100 << 20, st
+    time.sleep(1.1)  # one more of the dashboard's once-a-second samples
+    via_url = [str(multihome_bin), "status", "--url", "127.0.0.1:8088", "--json"]
+    dash = json.loads(t.gw.run(via_url, timeout=10).stdout)
+    chosen = next(u for u in dash["uplinks"] if u["chosen"] == 1)
+    assert chosen["state"] == "up" and chosen["rx_bytes"] > 100 << 20, dash["uplinks"]
+    fetch = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())"
+    hist = t.gw.run(["python3", "-c", fetch, "http://127.0.0.1:8088/api/history"], timeout=10)
+    series = {s["link"]: s for s in json.loads(hist.stdout)["series"]}
+    assert max(v or 0 for v in series[chosen["name"]]["rx_bps"]) > 1e6, series
 
 
 # ---- NAT mode (mode = "nat"): the client's own SYN over every uplink, kernel NAT after ----

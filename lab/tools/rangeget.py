@@ -17,7 +17,10 @@ Invariants: byte ``i`` of a stream is byte ``i % 2**20`` of block ``i // 2**20``
 ``b`` = ``Random(seed * 1_000_003 + b).randbytes(2**20)``, the same as ``tcpxfer``'s, so the
 parent checks the sha256 with ``tcpxfer.expected_sha256``-style arithmetic; the last stdout
 line is ``RESULT {json}``; ``PROGRESS <seconds> <bytes>`` lines (flushed, every 0.25 s and at
-each reconnection) give the received count over time.
+each reconnection) give the received count over time. With ``--mark-gaps S``, the first bytes
+after S seconds or more without any print ``RESUMED <monotonic> <gap s> <bytes before>``
+at once: CLOCK_MONOTONIC, which every namespace of the host shares, so the parent compares
+it with when it gave the link back.
 """
 
 from __future__ import annotations
@@ -118,12 +121,21 @@ class Download:
         self.digest = hashlib.sha256()
         self.reconnects = 0
         self.last_report = 0.0
+        self.last_data = time.monotonic()
 
     def report(self, force: bool = False) -> None:
         now = time.monotonic() - self.t0
         if force or now - self.last_report >= 0.25:
             print(f"PROGRESS {now:.3f} {self.got}", flush=True)
             self.last_report = now
+
+    def mark_gap(self) -> None:
+        """Bytes arrived: say so at once if none had for ``--mark-gaps`` seconds."""
+        now = time.monotonic()
+        gap = now - self.last_data
+        if self.args.mark_gaps > 0 and self.got > 0 and gap >= self.args.mark_gaps:
+            print(f"RESUMED {now:.4f} {gap:.3f} {self.got}", flush=True)
+        self.last_data = now
 
     def one_connection(self, sock: socket.socket) -> None:
         """Read until the end, the address is gone or a stall (resume mode)."""
@@ -140,6 +152,7 @@ class Download:
                     data = b""
                 if not data:
                     return
+                self.mark_gap()
                 self.digest.update(data)
                 self.got += len(data)
                 last_data = time.monotonic()
@@ -194,6 +207,7 @@ def main() -> int:
     g.add_argument("--poll", type=float, default=0.05)
     g.add_argument("--stall", type=float, default=3.0)
     g.add_argument("--connect-timeout", type=float, default=1.0)
+    g.add_argument("--mark-gaps", type=float, default=0.0)
     args = parser.parse_args()
     if args.cmd == "serve":
         serve(args)

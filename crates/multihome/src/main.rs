@@ -1,9 +1,10 @@
 //! `multihome`: the command-line entry point (keygen, client, server, race, relay,
-//! mptcp-detours, status, resolve).
+//! mptcp-detours, status, reload, check-config, resolve; `man` writes the manual pages of
+//! all of them, generated from this definition).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use multihome::{daemon, keyfile, status};
+use multihome::{check, daemon, keyfile, status};
 use std::path::PathBuf;
 
 /// Use all of a host's internet links at once.
@@ -77,9 +78,47 @@ enum Cmd {
         /// Control socket (default: the client's, else the server's).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Read a daemon's dashboard instead (`http://HOST:PORT`, its `dashboard` address).
+        #[arg(long, conflicts_with = "socket")]
+        url: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Make a running client or server re-read its config file, without dropping the session.
+    ///
+    /// A client applies added, removed or moved links and new policies; a server, added,
+    /// removed or changed peers and its default policy. A file that is invalid, or changes
+    /// anything fixed while the daemon runs, is refused and the configuration in force is
+    /// kept. SIGHUP does the same (the outcome is logged).
+    Reload {
+        /// Control socket (default: the client's, else the server's).
+        #[arg(long, conflicts_with = "config")]
+        socket: Option<PathBuf>,
+        /// The daemon's config file: its control socket is the one this file sets (what a
+        /// service manager's reload command knows).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration file of any daemon without starting it.
+    ///
+    /// The daemon is told by the file's table ([client], [server], [relay], [race],
+    /// [mptcp]). Errors are printed as FILE:LINE: message, with a fix; the exit code is 1
+    /// on any error, 0 when the daemon would accept the file.
+    CheckConfig {
+        /// The configuration file.
+        file: PathBuf,
+        /// Check only the file, not this machine (key files, interfaces): for a file
+        /// written for another machine.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Write the manual pages (roff) of multihome and each command into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Output folder (created if missing).
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -98,6 +137,16 @@ struct NamingLoadArgs {
     seconds: u32,
     #[arg(long, default_value_t = 120_000)]
     lease_ms: u64,
+    /// Look names up in this etcd cluster directly (comma-separated client URLs) instead of
+    /// through the resolver.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// Send lookups to this resolver instead (another server sharing the store).
+    #[arg(long)]
+    lookup_resolver: Option<std::net::SocketAddr>,
+    /// Direct etcd lookups: `linearizable` (quorum-confirmed) or `serializable`.
+    #[arg(long, default_value = "linearizable", value_parser = ["linearizable", "serializable"])]
+    etcd_read: String,
 }
 
 fn main() {
@@ -133,7 +182,20 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Race(args) => multihome_race::daemon::run(args),
         Cmd::Relay { config } => multihome_relay::run(&config),
         Cmd::MptcpDetours { config } => daemon::mptcp::run(&config),
-        Cmd::Status { socket, json } => status::query(socket, json),
+        Cmd::Status { socket, url, json } => status::query(socket, url.as_deref(), json),
+        Cmd::Reload { socket, config } => multihome::reload::request(socket, config),
+        Cmd::CheckConfig { file, offline } => {
+            let (kind, summary) = check::check(&file, offline)?;
+            let scope = if offline {
+                " (offline: key files and interfaces not checked)"
+            } else {
+                ""
+            };
+            let (file, cmd) = (file.display(), kind.command());
+            println!("{file}: valid `multihome {cmd}` configuration{scope}\n  {summary}");
+            Ok(())
+        }
+        Cmd::Man { out } => write_man_pages(&out),
         Cmd::Resolve {
             identity,
             resolver,
@@ -149,6 +211,11 @@ fn run(cli: Cli) -> Result<()> {
                 seconds: a.seconds,
                 lease_ms: a.lease_ms,
                 timeout: std::time::Duration::from_secs(1),
+                etcd: (!a.etcd.is_empty()).then(|| multihome_naming::load::EtcdLookups {
+                    endpoints: a.etcd.clone(),
+                    serializable: a.etcd_read == "serializable",
+                }),
+                lookup_resolver: a.lookup_resolver,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -157,4 +224,27 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `multihome man --out DIR`: `multihome.1` and `multihome-COMMAND.1` for each visible
+/// command, generated from the clap definition, so the pages always match the binary.
+fn write_man_pages(out: &std::path::Path) -> Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(out)?;
+    let cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
+    let mut pages = vec![("multihome".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("multihome-{}", sub.get_name());
+        let page = sub
+            .clone()
+            .display_name(name.clone())
+            .bin_name(format!("multihome {}", sub.get_name()));
+        pages.push((name, page));
+    }
+    for (name, page) in pages {
+        let mut roff = Vec::new();
+        clap_mangen::Man::new(page).render(&mut roff)?;
+        std::fs::write(out.join(format!("{name}.1")), roff)?;
+    }
+    Ok(())
 }

@@ -1,19 +1,18 @@
-//! Status: the JSON document served on the control socket, and the `status` command that
-//! fetches it and prints it as JSON or as text: the tunnel's sessions and links, or the
-//! racing gateway's per-uplink table (its document and text view are
+//! Status: the JSON document served on the control socket (and as `/api/status` by the
+//! dashboard: one document, docs/API.md), and the `status` command that fetches it from
+//! either and prints it as JSON or as text: the tunnel's sessions, links, flow classes and
+//! latest events, or the racing gateway's per-uplink table (its document and text view are
 //! `multihome_race::daemon::status`).
 //!
-//! Invariant: the text view is a pure function of the document ([`render`]) and never
-//! fails on a missing or mistyped field (shown as `-`), so a newer `status` still reads an
-//! older daemon.
+//! The text view is `status_text.rs` ([`render`]).
 
+pub use crate::status_text::{render, REFUSAL_REASONS};
 use anyhow::{Context, Result};
 use multihome_proto::endpoint::{Client, EndpointCounters, Server};
 use multihome_proto::path::PathId;
-use multihome_proto::policy::Policy;
+use multihome_proto::policy::{Classifier, Policy};
 use multihome_proto::session::Session;
 use serde_json::{json, Value};
-use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -110,17 +109,20 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                     "occupancy_sum": r.occupancy_sum, "lost_skips": r.lost_skips,
                     "displaced": r.displaced, "density": r.density.to_vec()},
         // Store-and-forward (PROTOCOL.md §16): what is held now; `since_us` is the core's
-        // clock when the oldest was held (0: nothing held), so its age is the clock now
-        // minus it.
+        // clock when the oldest was held (0: nothing held), so its age is the document's
+        // `now_us` (the daemon's clock when it answered) minus it; the bounds in force.
         "hold": {"packets": sc.held_packets, "bytes": sc.held_bytes,
                  "since_us": sc.held_since.map_or(0, |t| t.as_micros()),
                  "dropped_bytes": sc.hold_dropped_bytes, "dropped_age": sc.hold_dropped_age,
                  "released": sc.hold_released,
+                 "max_bytes": s.config().hold_max_bytes,
+                 "max_s": s.config().hold_max_age.as_secs(),
                  // Per queue: the shared one (`any`) and one per `only:` link.
                  "queues": s.hold_queues().into_iter().map(|(k, n, b)| json!({
                      "link": k.map_or_else(|| "any".to_string(), name_of),
                      "packets": n, "bytes": b})).collect::<Vec<_>>()},
         "stated": stated_json(s, name_of),
+        "relay_list": relay_list_json(s),
         "links": links,
     })
 }
@@ -133,6 +135,19 @@ fn policy_text(p: Policy, name_of: &dyn Fn(PathId) -> String) -> String {
         Policy::Realtime { deadline, .. } => format!("realtime({} ms)", deadline.as_millis()),
         p => p.name().to_string(),
     }
+}
+
+/// The flow classes as configured (the client's `[policy]`): each rule and the default.
+pub fn policies_json(c: &Classifier, name_of: &dyn Fn(PathId) -> String) -> Value {
+    let rules: Vec<Value> = c
+        .rules
+        .iter()
+        .map(|r| {
+            json!({"name": r.name, "protocol": r.protocol, "ports": r.ports, "dscp": r.dscp,
+                   "policy": policy_text(r.policy, name_of)})
+        })
+        .collect();
+    json!({"default": policy_text(c.default, name_of), "rules": rules})
 }
 
 /// The stated downlink policy (PROTOCOL.md §8.5): on the client what it states and
@@ -153,6 +168,14 @@ fn stated_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
             .collect();
     }
     v
+}
+
+/// The relay list the server hands out (PROTOCOL.md §15.7): on the server the epoch
+/// offered and whether the client acknowledged it, on the client the epoch applied.
+fn relay_list_json(s: &Session) -> Value {
+    let r = s.relays_stats();
+    json!({"epoch": r.epoch, "relays": r.relays, "acked": r.acked, "sent": r.sent,
+           "refused": r.refused})
 }
 
 /// The client's status document.
@@ -193,29 +216,24 @@ pub fn server_status(s: &Server) -> Value {
         j["established"] = json!(true);
         sessions.push(j);
     }
-    json!({"role": "server", "counters": counters, "sessions": sessions})
+    let (epoch, list) = s.relays();
+    let relays: Vec<Value> = list
+        .iter()
+        .map(|r| json!({"name": r.name, "address": r.address.to_string(), "mode": r.mode.name()}))
+        .collect();
+    json!({"role": "server", "counters": counters, "sessions": sessions,
+           "relays": {"epoch": epoch, "list": relays}})
 }
 
-/// The client's resolved server and its own record's last publication.
-fn naming_line(n: &Value) -> String {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let published = match n["published_unix_ms"].as_u64() {
-        Some(t) => format!(
-            "{:.1} s ago (seq {})",
-            now_ms.saturating_sub(t) as f64 / 1000.0,
-            n["published_seq"]
-        ),
-        None => "never".into(),
-    };
-    format!(
-        "naming: server {} at {}, record published {published}, failovers {}, refused {}",
-        n["server"].as_str().unwrap_or("-"),
-        n["server_address"].as_str().unwrap_or("-"),
-        n["failovers"],
-        n["refused"]
-    )
+/// The control socket `status` and `reload` use without `--socket`: the client's if it
+/// exists, else the server's.
+pub fn default_socket() -> PathBuf {
+    let c = PathBuf::from(crate::config::client_default_socket());
+    if c.exists() {
+        c
+    } else {
+        PathBuf::from(crate::config::server_default_socket())
+    }
 }
 
 /// Fetches the status document from a control socket.
@@ -232,117 +250,37 @@ pub fn fetch(socket: &PathBuf) -> Result<Value> {
     serde_json::from_str(&text).context("the daemon's reply is not JSON")
 }
 
-/// `multihome status`.
-pub fn query(socket: Option<PathBuf>, as_json: bool) -> Result<()> {
-    let socket = socket.unwrap_or_else(|| {
-        let c = PathBuf::from(crate::config::client_default_socket());
-        if c.exists() {
-            c
-        } else {
-            PathBuf::from(crate::config::server_default_socket())
-        }
-    });
-    let v = fetch(&socket)?;
+/// Fetches the status document from a dashboard's `/api/status`; `url` is
+/// `[http://]HOST:PORT[/PREFIX/]`, as the dashboard's address in a browser.
+pub fn fetch_url(url: &str) -> Result<Value> {
+    use std::net::ToSocketAddrs;
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (host, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let addr = host
+        .to_socket_addrs()
+        .with_context(|| format!("`{url}`: not HOST:PORT (https is not served)"))?
+        .next()
+        .with_context(|| format!("`{host}` has no address"))?;
+    let path = format!("{prefix}/api/status");
+    let timeout = std::time::Duration::from_secs(5);
+    let (code, body) = multihome_runtime::http::get(addr, &path, timeout)?;
+    anyhow::ensure!(code == 200, "{url}{path} answered HTTP {code}");
+    serde_json::from_slice(&body).context("the dashboard's answer is not JSON")
+}
+
+/// `multihome status`: from the control socket, or from a dashboard at `url`.
+pub fn query(socket: Option<PathBuf>, url: Option<&str>, as_json: bool) -> Result<()> {
+    let v = match url {
+        Some(u) => fetch_url(u)?,
+        None => fetch(&socket.unwrap_or_else(default_socket))?,
+    };
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     print!("{}", render(&v));
     Ok(())
-}
-
-/// The plain-text view of a status document: the racing gateway's per-uplink table for
-/// role `race`, else the tunnel's sessions and links. Fields missing from the document
-/// (an older daemon) show as `-` or 0, never an error.
-pub fn render(v: &Value) -> String {
-    if v["role"] == "race" {
-        return multihome_race::daemon::status::render(v);
-    }
-    if v["role"] == "mptcp-detours" {
-        return crate::daemon::mptcp::render(v);
-    }
-    let mut out = String::new();
-    let o = &mut out;
-    // Writing to a String cannot fail.
-    let _ = writeln!(o, "role: {}", v["role"].as_str().unwrap_or("?"));
-    if v["naming"].is_object() {
-        let _ = writeln!(o, "{}", naming_line(&v["naming"]));
-    }
-    for s in v["sessions"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            o,
-            "session {} peer {} established {} cipher {}",
-            s["session_id"],
-            s["peer"],
-            s["established"],
-            s["cipher"].as_str().unwrap_or("-")
-        );
-        let _ = writeln!(
-            o,
-            "  {:<10} {:<8} {:>9} {:>9} {:>7} {:>12} {:>12} {:>12} {:>6}",
-            "link",
-            "state",
-            "srtt_ms",
-            "min_ms",
-            "loss%",
-            "rate_Mbit/s",
-            "tx_bytes",
-            "rx_bytes",
-            "share"
-        );
-        for l in s["links"].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                o,
-                "  {:<10} {:<8} {:>9.2} {:>9.2} {:>7.2} {:>12.2} {:>12} {:>12} {:>5.0}%",
-                l["name"].as_str().unwrap_or("?"),
-                l["state"].as_str().unwrap_or("?"),
-                l["srtt_ms"].as_f64().unwrap_or(0.0),
-                l["min_rtt_ms"].as_f64().unwrap_or(0.0),
-                l["loss"].as_f64().unwrap_or(0.0) * 100.0,
-                l["delivery_rate_bps"].as_f64().unwrap_or(0.0) / 1e6,
-                l["tx_bytes"],
-                l["rx_bytes"],
-                l["share"].as_f64().unwrap_or(0.0) * 100.0
-            );
-        }
-    }
-    let _ = writeln!(o, "counters: {}", v["counters"]);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tunnel_table_from_a_document() {
-        let v = json!({
-            "role": "client",
-            "counters": {"handshakes": 1},
-            "sessions": [{"session_id": "3fa2c19b0d44e871", "peer": "server",
-                "established": true,
-                "links": [{"name": "dsl", "state": "up", "srtt_ms": 21.4, "min_rtt_ms": 19.8,
-                           "loss": 0.01, "delivery_rate_bps": 4.1e7, "tx_bytes": 900000,
-                           "rx_bytes": 1500000, "share": 0.75}]}]
-        });
-        let text = render(&v);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "role: client");
-        assert_eq!(
-            lines[1], "session \"3fa2c19b0d44e871\" peer \"server\" established true cipher -",
-            "a document without `cipher` (an older daemon) shows -"
-        );
-        let dsl: Vec<&str> = lines[3].split_whitespace().collect();
-        assert_eq!(
-            dsl,
-            ["dsl", "up", "21.40", "19.80", "1.00", "41.00", "900000", "1500000", "75%"]
-        );
-        assert_eq!(lines[4], "counters: {\"handshakes\":1}");
-        // The race view is not used for the tunnel, nor the tunnel's for a race (the race
-        // view's own tests are beside it, in multihome_race::daemon::status).
-        assert!(!text.contains("uplink"));
-        let race = render(&json!({"role": "race", "sessions": []}));
-        assert!(race.starts_with("role: race  predictor: ?"), "{race}");
-        assert!(!race.contains("session"), "{race}");
-    }
 }

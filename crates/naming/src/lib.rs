@@ -4,13 +4,15 @@
 //!
 //! Sans-IO (no sockets, no clock, no RNG): [`record`] (the two kinds of record and their
 //! encoding), [`sign`] (signatures by the X25519 key that names a record), [`signed`]
-//! (admission: what is refused and why), [`message`] (resolver requests over UDP),
+//! (admission: what is refused and why), [`cache`] (a shared store's records kept in
+//! memory from its change feed), [`message`] (resolver requests over UDP),
 //! [`select`] (which server a client uses), [`resolver`] (the client's state machine).
 //! With I/O: [`store`] (embedded redb and etcd behind one trait) and [`service`] (the
 //! server's resolver: UDP requests answered from a store, its own record kept fresh),
 //! [`load`] (a load generator for the benchmark).
 //! Reference: PROTOCOL.md §17, ARCHITECTURE.md, CONFIG.md `[naming]`.
 
+pub mod cache;
 pub mod load;
 pub mod message;
 pub mod record;

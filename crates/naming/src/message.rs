@@ -140,7 +140,9 @@ impl Request {
                 name: SessionId(rest[1..17].try_into().ok()?),
             },
             2 if b.len() == REQUEST_MIN && padded(0) => Request::Servers,
-            3 if !rest.is_empty() && rest.len() <= MAX_RECORD => Request::Publish(rest.to_vec()),
+            // Any length: a record over MAX_RECORD is refused as oversized by the store's
+            // admission, which answers and counts it (the service reads at most 2 048 bytes).
+            3 if !rest.is_empty() => Request::Publish(rest.to_vec()),
             _ => return None,
         };
         Some((id, req))

@@ -4,7 +4,7 @@
 
 use ipnet::IpNet;
 use multihome_proto::crypto::{PublicKey, StaticSecret};
-use multihome_proto::detour::ModeSet;
+use multihome_proto::detour::{Mode, ModeSet};
 use multihome_runtime::config::{read_file, relative_to, ConfigError, Source};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -36,6 +36,7 @@ struct RelaySection {
     #[serde(default)]
     allowed_destinations: Vec<Spanned<String>>,
     control_socket: Option<String>,
+    dashboard: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +84,8 @@ pub struct RelaySettings {
     pub allowed_destinations: Vec<IpNet>,
     /// Control socket.
     pub control_socket: PathBuf,
+    /// The web dashboard's address (none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Allowed clients.
     pub clients: Vec<ClientSettings>,
 }
@@ -98,6 +101,37 @@ pub fn load(path: &Path) -> Result<RelaySettings, ConfigError> {
 
 /// Validates the text of a relay config (`path` for messages and relative key paths).
 pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
+    parse_with(path, text, private_key)
+}
+
+/// Validates a relay config as [`parse`] does, the key file too unless `read_key` is false
+/// (`multihome check-config --offline`: a file written for another machine); returns a
+/// one-line summary. The settings are not returned: without the key they cannot run.
+pub fn check(path: &Path, text: &str, read_key: bool) -> Result<String, ConfigError> {
+    let s = if read_key {
+        parse(path, text)?
+    } else {
+        parse_with(path, text, |_, _| Ok(StaticSecret::from_bytes([1; 32])))?
+    };
+    let modes: Vec<&str> = [Mode::Nat, Mode::Tunnel, Mode::NatTcp]
+        .into_iter()
+        .filter(|m| s.modes.contains(*m))
+        .map(|m| m.name())
+        .collect();
+    Ok(format!(
+        "name `{}`, listen {}, {} client(s), ports {}-{}, modes {}",
+        s.name,
+        s.listen,
+        s.clients.len(),
+        s.ports.0,
+        s.ports.1,
+        modes.join("+")
+    ))
+}
+
+type KeyReader = fn(&Source<'_>, &Spanned<String>) -> Result<StaticSecret, ConfigError>;
+
+fn parse_with(path: &Path, text: &str, key: KeyReader) -> Result<RelaySettings, ConfigError> {
     let src = Source { path, text };
     let f: RelayFile = src.parse()?;
     let r = &f.relay;
@@ -119,7 +153,7 @@ pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
     };
     Ok(RelaySettings {
         listen,
-        private_key: private_key(&src, &r.private_key_file)?,
+        private_key: key(&src, &r.private_key_file)?,
         name: table_name(&src, &r.name)?,
         modes: modes(&src, r.modes.as_ref())?,
         ports: ports(&src, r.ports.as_ref(), listen)?,
@@ -133,6 +167,7 @@ pub fn parse(path: &Path, text: &str) -> Result<RelaySettings, ConfigError> {
             .as_deref()
             .unwrap_or(DEFAULT_RELAY_SOCKET)
             .into(),
+        dashboard: multihome_runtime::config::dashboard_addr(&src, r.dashboard.as_ref())?,
         clients: clients(&src, &f.client)?,
     })
 }

@@ -9,8 +9,8 @@
 //! `recvmmsg`/`sendmmsg` (`tunnel.rs`). The relay only moves the tunnel's sealed datagrams.
 //!
 //! One tokio current-thread runtime (`multihome_runtime`, as every daemon): the request
-//! socket, the expiry timer, the control socket, SIGINT/SIGTERM, and one local task per
-//! tunnel detour. Everything installed is
+//! socket, the expiry timer, the control socket, the optional dashboard and its
+//! once-a-second sample, SIGINT/SIGTERM, and one local task per tunnel detour. Everything installed is
 //! removed on exit (the table with it). Reference: docs/CONFIG.md.
 
 pub mod config;
@@ -23,6 +23,7 @@ use multihome_io::detour::{NatDetour, Proto, RelayTable};
 use multihome_io::udp::{LinkSocket, RecvBuf};
 use multihome_proto::detour::{Action, DetourRelay, Entry, Mode, RelayConfig, ANSWER_LEN};
 use multihome_runtime::control::{self, ControlSocket};
+use multihome_runtime::dashboard::Live;
 use multihome_runtime::{block_on, os_seed, shutdown_signal, Clock};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -191,7 +192,10 @@ fn start(s: RelaySettings) -> Result<(Relay, AsyncFd<LinkSocket>, ControlSocket)
 }
 
 async fn serve(s: RelaySettings, stop: impl std::future::Future<Output = ()>) -> Result<()> {
+    // Bound before `start` installs anything, so a taken address leaves nothing behind.
+    let live = Live::new("relay", s.dashboard, status::snapshot, None).await?;
     let (mut relay, sock, control) = start(s)?;
+    let mut tick = Live::tick();
     let stop = async {
         tokio::select! {
             _ = shutdown_signal() => {}
@@ -213,9 +217,16 @@ async fn serve(s: RelaySettings, stop: impl std::future::Future<Output = ()>) ->
             }
             c = control.accept() => {
                 if let Ok(stream) = c {
-                    control::reply(stream, relay.status());
+                    let doc = live.document(relay.status());
+                    control::reply(stream, serde_json::to_string_pretty(&doc)? + "\n");
                 }
             }
+            c = live.accept() => {
+                if let Ok(stream) = c {
+                    live.serve(stream, live.document(relay.status()));
+                }
+            }
+            _ = tick.tick() => live.sample(&relay.status()),
             _ = log_tick.tick() => relay.log_counters(),
             _ = &mut stop => break,
         }

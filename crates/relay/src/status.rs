@@ -1,15 +1,18 @@
-//! The relay's status document, as its control socket answers it (`multihome status
-//! --socket …` prints it): detours by mode, the request counters, tunnel forwarding and
-//! detours per client. Read-only: it is built from the relay's state on each request.
+//! The relay's status document, as its control socket and its dashboard's `/api/status`
+//! answer it (`multihome status --socket …` prints it): detours by mode, the request
+//! counters, tunnel forwarding and detours per client; and what the dashboard reads from it
+//! ([`snapshot`]). Read-only: it is built from the relay's state on each request.
 
 use super::Relay;
 use multihome_proto::detour::{Entry, Mode, RelayCounters};
+use multihome_runtime::dashboard::{EventKind, LinkSample, Mark, Snapshot};
 use serde::Serialize;
 use std::net::SocketAddr;
 
 /// The status document of the control socket.
 #[derive(Debug, Serialize)]
 pub(super) struct Status<'a> {
+    role: &'static str,
     name: &'a str,
     listen: SocketAddr,
     detours: usize,
@@ -73,12 +76,13 @@ impl From<RelayCounters> for CountersDoc {
 }
 
 impl Relay {
-    /// The status document, as JSON.
-    pub(super) fn status(&self) -> String {
+    /// The status document.
+    pub(super) fn status(&self) -> serde_json::Value {
         let entries: Vec<&Entry> = self.core.entries().collect();
         let nat_n = entries.iter().filter(|e| e.mode != Mode::Tunnel).count();
         let tcp_n = entries.iter().filter(|e| e.mode == Mode::NatTcp).count();
         let doc = Status {
+            role: "relay",
             name: &self.s.name,
             listen: self.s.listen,
             detours: entries.len(),
@@ -100,6 +104,73 @@ impl Relay {
                 })
                 .collect(),
         };
-        serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+        serde_json::to_value(&doc).unwrap_or_default()
     }
+}
+
+/// Counters whose increases are events: (field, kind, words).
+const MARKS: [(&str, EventKind, &str); 10] = [
+    ("installed", EventKind::Session, "detours installed"),
+    ("expired", EventKind::Session, "detours expired"),
+    (
+        "refused_mode",
+        EventKind::Refusal,
+        "requests refused: mode not offered",
+    ),
+    (
+        "refused_client_limit",
+        EventKind::Refusal,
+        "requests refused: client at its limit",
+    ),
+    (
+        "refused_full",
+        EventKind::Refusal,
+        "requests refused: table full",
+    ),
+    (
+        "refused_destination",
+        EventKind::Refusal,
+        "requests refused: destination not allowed",
+    ),
+    (
+        "rx_unknown_client",
+        EventKind::Refusal,
+        "requests from unknown clients",
+    ),
+    (
+        "rx_unauthenticated",
+        EventKind::Refusal,
+        "unauthenticated requests",
+    ),
+    ("rx_replayed", EventKind::Refusal, "replayed requests"),
+    (
+        "rx_rate_limited",
+        EventKind::Refusal,
+        "requests over the rate limit",
+    ),
+];
+
+/// What the dashboard reads from the relay's document: the userspace tunnel forwarding as
+/// one link (its bytes, both directions together, as sent) and the counters above.
+pub fn snapshot(doc: &serde_json::Value) -> Snapshot {
+    let mut snap = Snapshot::default();
+    snap.links.push(LinkSample {
+        session: doc["name"].as_str().unwrap_or("relay").to_string(),
+        link: "tunnel detours".into(),
+        state: "up".into(),
+        tx_bytes: doc["tunnel_forwarded_bytes"].as_u64(),
+        rx_bytes: None,
+        rtt_ms: None,
+        loss: None,
+    });
+    for (k, kind, label) in MARKS {
+        if let Some(n) = doc["counters"][k].as_u64() {
+            snap.marks.push(Mark {
+                kind,
+                label: label.into(),
+                count: n,
+            });
+        }
+    }
+    snap
 }

@@ -136,6 +136,51 @@ impl Drop for RunningRelay {
     }
 }
 
+/// The relay's dashboard (on the relay's loopback): the page, the status document with the
+/// detours installed as events, the tunnel forwarding plotted.
+fn dashboard_shows_the_detours(ns: &NetNs) {
+    // The history is sampled once a second: wait for a sample after the exchanges above.
+    std::thread::sleep(Duration::from_millis(1100));
+    let get = |path: &'static str| {
+        ns.run(move || {
+            let addr = "127.0.0.1:8089".parse().unwrap();
+            multihome_runtime::http::get(addr, path, Duration::from_secs(5)).unwrap()
+        })
+        .unwrap()
+    };
+    let (code, page) = get("/");
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&page).contains("uPlot.iife.min.js"));
+    let doc: serde_json::Value = serde_json::from_slice(&get("/api/status").1).unwrap();
+    assert_eq!(doc["role"], "relay", "{doc}");
+    let texts: Vec<&str> = doc["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert_eq!(texts[0], "relay started", "{doc}");
+    assert!(
+        texts.iter().any(|t| t.starts_with("detours installed")),
+        "{texts:?}"
+    );
+    let hist: serde_json::Value = serde_json::from_slice(&get("/api/history").1).unwrap();
+    assert_eq!(hist["links"][0]["key"], "e2e1/tunnel detours", "{hist}");
+    // The tunnel exchange's two datagrams were forwarded: "via tunnel" and "reply".
+    assert_eq!(hist["links"][0]["tx_bytes"], 10 + 5, "{hist}");
+    // Read-only: anything but GET and HEAD is refused.
+    let post = ns
+        .run(|| {
+            let mut s = std::net::TcpStream::connect("127.0.0.1:8089").unwrap();
+            s.write_all(b"POST /api/status HTTP/1.1\r\n\r\n").unwrap();
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).unwrap();
+            reply
+        })
+        .unwrap();
+    assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
+}
+
 fn relay_key() -> StaticSecret {
     StaticSecret::from_bytes([42; 32])
 }
@@ -232,7 +277,7 @@ fn exchange(cl: &LinkSocket, srv: &LinkSocket, port: u16, tag: &[u8]) -> SocketA
 #[test]
 fn nat_and_tunnel_detours_forward_both_ways_and_the_relay_cleans_up() {
     let (client, relay_ns, server) = topology();
-    let relay = RunningRelay::start(&relay_ns, "e2e1", "");
+    let relay = RunningRelay::start(&relay_ns, "e2e1", "dashboard = \"127.0.0.1:8089\"");
     let srv = bind(&server, SERVER);
     let cl = bind(&client, "198.51.100.2:4000");
     let mut dc = detour_client(1);
@@ -275,6 +320,7 @@ fn nat_and_tunnel_detours_forward_both_ways_and_the_relay_cleans_up() {
     assert_eq!(st["tunnel_forwarded_datagrams"], 2, "{st}");
     assert_eq!(st["tunnel_dropped"], 1, "{st}");
     assert_eq!(st["counters"]["renewed"], 1, "{st}");
+    dashboard_shows_the_detours(&relay_ns);
 
     // Release the NAT detour: nothing forwarded any more.
     let mut rel = req(Mode::Nat);

@@ -71,6 +71,25 @@ impl Source<'_> {
     }
 }
 
+/// The optional `dashboard` key every daemon's main section has: the web dashboard's
+/// address (`multihome_runtime::dashboard`).
+pub fn dashboard_addr(
+    src: &Source<'_>,
+    key: Option<&toml::Spanned<String>>,
+) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let Some(k) = key else { return Ok(None) };
+    k.get_ref().parse().map(Some).map_err(|_| {
+        src.err(
+            k.span().start,
+            format!(
+                "dashboard `{}` is not an IP address with a port",
+                k.get_ref()
+            ),
+            "write it as \"127.0.0.1:8080\" (this host only) or \"[::]:8080\"",
+        )
+    })
+}
+
 /// Reads a config file, with a located error if it cannot be read.
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError {

@@ -7,7 +7,10 @@
 //! the car moves at `speed` m/s from x = 0 with AP 0's address already configured; at every
 //! later association the client gets a new address after a DHCP delay uniform in `dhcp_s`,
 //! and the link carries nothing from the end of one association until then (an association
-//! shorter than its DHCP delay carries nothing and is skipped).
+//! shorter than its DHCP delay carries nothing and is skipped). Optionally (`edge_m` > 0) the
+//! loss rate rises in 1-s steps from `edge_loss / n` to `edge_loss` over the last `edge_m`
+//! metres before coverage is lost, as the lab's drive does (the edge of coverage), and is 0
+//! again from the next association.
 //!
 //! Invariants: a schedule is a pure function of (spec, horizon, rng); attachments are in
 //! time order, `enter <= up < down`, and each `down` is at or before the next `enter`.
@@ -45,6 +48,12 @@ pub struct DriveSpec {
     /// DHCP delay at each association, uniform in [min, max] s.
     #[serde(default = "default_dhcp")]
     pub dhcp_s: [f64; 2],
+    /// Edge of coverage: metres before coverage is lost over which losses rise (0: none).
+    #[serde(default)]
+    pub edge_m: f64,
+    /// Edge of coverage: the loss rate reached when coverage is lost (0-1).
+    #[serde(default)]
+    pub edge_loss: f64,
 }
 
 impl DriveSpec {
@@ -62,6 +71,12 @@ impl DriveSpec {
         }
         if !ordered(self.dhcp_s) || self.dhcp_s[0] < 0.0 {
             return Err("drive.dhcp_s must be [min, max] with 0 <= min <= max".into());
+        }
+        if !(self.edge_m >= 0.0 && self.edge_m.is_finite()) {
+            return Err("drive.edge_m must be >= 0".into());
+        }
+        if !(0.0..=1.0).contains(&self.edge_loss) {
+            return Err("drive.edge_loss must be in [0, 1]".into());
         }
         Ok(())
     }
@@ -148,12 +163,42 @@ pub enum DriveEvent {
     CarrierUp,
     /// DHCP done: address number `n` is configured.
     Address(u32),
+    /// Edge of coverage: the link's loss rate becomes this many parts per million.
+    Loss(u32),
 }
 
 /// Timed drive events, in time order.
 pub type Events = Vec<(Duration, DriveEvent)>;
 /// Windows [start, end) during which the link carries nothing.
 pub type Outages = Vec<(Duration, Duration)>;
+
+/// The loss steps of the edge of coverage (`edge_m`, `edge_loss`), as the lab's
+/// `lab/drive.py::edge_steps` makes them: 1-s steps over the last `edge_m` metres of each
+/// attachment that fall after its address, and loss 0 again at each later association.
+pub fn edge_events(spec: &DriveSpec, atts: &[Attachment]) -> Events {
+    let mut ev = Vec::new();
+    if spec.edge_m <= 0.0 || spec.edge_loss <= 0.0 {
+        return ev;
+    }
+    let span = spec.edge_m / spec.speed;
+    let n = (span.round() as u32).max(1);
+    for (i, a) in atts.iter().enumerate() {
+        if i > 0 {
+            ev.push((a.enter, DriveEvent::Loss(0)));
+        }
+        for k in 0..n {
+            let t = a.down.as_secs_f64() - span + f64::from(k) * span / f64::from(n);
+            let p = spec.edge_loss * f64::from(k + 1) / f64::from(n);
+            if t > a.up.as_secs_f64() {
+                ev.push((
+                    Duration::from_secs_f64(t),
+                    DriveEvent::Loss((p * 1e6) as u32),
+                ));
+            }
+        }
+    }
+    ev
+}
 
 /// The timed events of a schedule, in time order; and the outage windows [down, up) during
 /// which the link carries nothing.
@@ -185,7 +230,37 @@ mod tests {
             range_m: 100.0,
             gap_m: gap,
             dhcp_s: [1.0, 2.0],
+            edge_m: 0.0,
+            edge_loss: 0.0,
         }
+    }
+
+    /// Edge losses: 20 m at 10 m/s = two 1-s steps (15 %, 30 %) before each coverage loss,
+    /// none before an address, back to 0 at the next association.
+    #[test]
+    fn edge_losses_rise_before_coverage_is_lost() {
+        let mut s = spec([400.0, 400.0]);
+        s.dhcp_s = [1.5, 1.5];
+        (s.edge_m, s.edge_loss) = (20.0, 0.3);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let a = schedule(&s, Duration::from_secs(70), &mut rng);
+        let ev = edge_events(&s, &a);
+        let secs = Duration::from_secs;
+        assert_eq!(
+            &ev[..5],
+            &[
+                (secs(18), DriveEvent::Loss(150_000)),
+                (secs(19), DriveEvent::Loss(300_000)),
+                (secs(40), DriveEvent::Loss(0)),
+                (secs(58), DriveEvent::Loss(150_000)),
+                (secs(59), DriveEvent::Loss(300_000)),
+            ]
+        );
+        s.edge_m = 0.0;
+        assert!(
+            edge_events(&s, &a).is_empty(),
+            "no edge, no events (the draws unchanged)"
+        );
     }
 
     /// Degenerate ranges make the schedule exact: d = 400 m, R = 100 m, 10 m/s: AP 0 serves

@@ -7,7 +7,8 @@
 //! packets; `stats` holds the metrics (reorder density and occupancy from Mukherjee,
 //! "Network-Assisted Multihoming", Jain's
 //! index);
-//! `drive` turns a drive past Wi-Fi access points into link events (issue 16);
+//! `drive` turns a drive past Wi-Fi access points into link events (issue 16), and
+//! `handoff` measures a constant-rate stream around each of its outages;
 //! `runner` runs sweeps on all cores and writes results; `bench` measures speed.
 //!
 //! Invariants: a run is a pure function of (scenario, seed) — the same seed gives the
@@ -18,6 +19,7 @@ pub mod bench;
 pub mod cubic;
 pub mod drive;
 pub mod events;
+pub mod handoff;
 pub mod packet;
 pub mod runner;
 pub mod scenario;

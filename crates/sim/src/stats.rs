@@ -174,6 +174,9 @@ pub struct TrafficReport {
     /// CBR: RFC 3550 jitter, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<f64>,
+    /// CBR under a drive: the stream around each handoff (`crate::handoff`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<crate::handoff::HandoffReport>,
 }
 
 /// Displacements beyond ±this are pooled in the two tail bins.

@@ -117,6 +117,8 @@ pub struct App {
     cbr_jitter: f64,
     cbr_last_transit: Option<f64>,
     cbr_rx_window: Option<(Duration, Duration)>,
+    /// Per packet (send time, one-way delay) in µs, when traced (`trace_cbr`).
+    cbr_trace: Option<Vec<(u32, u32)>>,
     // Bulk state: size (drawn when `bytes_max` is set), bytes of abandoned connections,
     // reconnections so far, completion.
     bulk_bytes: Option<u64>,
@@ -203,7 +205,26 @@ impl App {
             cbr_jitter: 0.0,
             cbr_last_transit: None,
             cbr_rx_window: None,
+            cbr_trace: None,
         }
+    }
+
+    /// Keeps every CBR packet's send time and delay (`cbr_trace`): for the handoff
+    /// windows of a drive (`crate::handoff`). Other kinds have nothing to trace.
+    pub fn trace_cbr(&mut self) {
+        if matches!(self.spec.kind, FlowKind::Cbr) {
+            self.cbr_trace = Some(Vec::new());
+        }
+    }
+
+    /// Per CBR packet sent: (send time, one-way delay or `handoff::NOT_RECEIVED`), µs.
+    pub fn cbr_trace(&self) -> Option<&[(u32, u32)]> {
+        self.cbr_trace.as_deref()
+    }
+
+    /// The flow's deadline (CBR: what counts as late).
+    pub fn cbr_deadline(&self) -> Option<Duration> {
+        self.spec.deadline
     }
 
     fn addrs(&self, k: u16) -> Addrs {
@@ -296,6 +317,9 @@ impl App {
                 };
                 let len = self.cbr_size.saturating_sub(packet::UDP_HEADERS);
                 out.push((side, packet::udp(a, &head, len)));
+                if let Some(t) = self.cbr_trace.as_mut() {
+                    t.push((now.as_micros() as u32, crate::handoff::NOT_RECEIVED));
+                }
                 self.cbr_sent += 1;
                 self.next_action = Some(now + self.cbr_interval);
             }
@@ -408,6 +432,19 @@ impl App {
         };
         let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
         let transit = now.as_nanos() as f64 - sent as f64;
+        let seq = payload[..8]
+            .try_into()
+            .map(u64::from_be_bytes)
+            .expect("8 bytes");
+        if let Some(e) = self
+            .cbr_trace
+            .as_mut()
+            .and_then(|t| t.get_mut(seq as usize))
+        {
+            if e.1 == crate::handoff::NOT_RECEIVED {
+                e.1 = (now.as_micros() as u64).saturating_sub(sent / 1000) as u32;
+            }
+        }
         self.cbr_received += 1;
         if self
             .spec

@@ -16,6 +16,9 @@ use toml::Spanned;
 /// One link of the client.
 #[derive(Debug, Clone)]
 pub struct LinkSettings {
+    /// The link's path id: its position in the file, or on a reload the id the running
+    /// daemon gave it (`super::reload`), so a link keeps its path across reloads.
+    pub id: PathId,
     /// Name shown in status.
     pub name: String,
     /// Interface the link's socket is bound to.
@@ -48,6 +51,8 @@ pub struct ClientSettings {
     pub control_socket: PathBuf,
     /// Prometheus listen address.
     pub metrics_listen: Option<SocketAddr>,
+    /// The web dashboard's address (`dashboard`; none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Dead-link detection time.
     pub detect: Duration,
     /// Failback hold of the `best` policy.
@@ -64,7 +69,8 @@ pub struct ClientSettings {
     pub classifier: Classifier,
     /// Relays offering detours (`[[relay]]`).
     pub relays: Vec<super::detours::RelaySettings>,
-    /// Detour paths in use at most (`detours`; 0 without relays).
+    /// Detour paths in use at most (`detours`), through the client's relays and those its
+    /// server hands out.
     pub detours: usize,
     /// Kernel fast path for `redundant` copies (nftables `dup`; `multihome_io::dup`).
     pub kernel_copies: bool,
@@ -158,8 +164,7 @@ pub(super) fn parse_policy(
 const LINK_KINDS: [&str; 3] = ["only", "prefer", "backup"];
 
 /// A rule's (or the default) policy on the client: `parse_policy`'s, or a link policy
-/// `only:`, `prefer:` or `backup:` naming one of `links` (its path id is the link's
-/// position).
+/// `only:`, `prefer:` or `backup:` naming one of `links` (its path id, `LinkSettings::id`).
 fn parse_client_policy(
     src: &Source<'_>,
     s: &Spanned<String>,
@@ -172,7 +177,7 @@ fn parse_client_policy(
     if !LINK_KINDS.contains(&kind) {
         return parse_policy(src, s, copies);
     }
-    let Some(i) = links.iter().position(|l| l.name == name) else {
+    let Some(link) = links.iter().find(|l| l.name == name) else {
         let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
         return Err(src.err(
             s.span().start,
@@ -183,7 +188,7 @@ fn parse_client_policy(
             format!("use one of the [[link]] names: {}", names.join(", ")),
         ));
     };
-    let link = PathId(i as u8);
+    let link = link.id;
     Ok(Policy::Link(match kind {
         "only" => LinkRule::Only(link),
         "prefer" => LinkRule::Prefer(link),
@@ -405,6 +410,15 @@ fn parse_ports(s: &str) -> Option<(u16, u16)> {
 
 /// Validates a parsed client file.
 pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
+    validate_with(src, |_| {})
+}
+
+/// Validates a parsed client file; `assign_ids` may renumber the links (a reload keeps
+/// each link's running path id) before the policies that name links are resolved.
+pub(super) fn validate_with(
+    src: &Source<'_>,
+    assign_ids: impl FnOnce(&mut [LinkSettings]),
+) -> Result<ClientSettings, ConfigError> {
     let f: ClientFile = src.parse()?;
     let c = &f.client;
     let naming = super::naming::parse_client(src, c.servers.as_ref(), f.naming.as_ref())?;
@@ -429,7 +443,8 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
             ))
         }
     };
-    let links = parse_links(src, &f.link, default_server)?;
+    let mut links = parse_links(src, &f.link, default_server)?;
+    assign_ids(&mut links);
     let classifier = parse_classifier(src, &f.policy, &links)?;
     let aggregate = parse_scheduler(src, c.aggregate_scheduler.as_ref())?;
     let (relays, detours) = super::detours::parse(src, &f.relay, c.detours.as_ref(), links.len())?;
@@ -453,6 +468,11 @@ pub fn validate(src: &Source<'_>) -> Result<ClientSettings, ConfigError> {
             .metrics_listen
             .as_ref()
             .map(|m| parse_addr(src, m, "metrics_listen"))
+            .transpose()?,
+        dashboard: c
+            .dashboard
+            .as_ref()
+            .map(|m| parse_addr(src, m, "dashboard"))
             .transpose()?,
         detect: parse_detect(src, c.detect_ms.as_ref())?,
         failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),
@@ -504,6 +524,7 @@ fn parse_links(
             ));
         }
         links.push(LinkSettings {
+            id: PathId(links.len() as u8),
             name: l.name.clone(),
             interface: check_ifname(src, &l.interface)?,
             interface_line: src.err(l.interface.span().start, "", "").line,

@@ -1,24 +1,33 @@
 //! `[[relay]]` sections and `detours` of `client.toml`: the relays the client may ask for
-//! detour paths (docs/PROTOCOL.md §15) and how many detour paths it uses at most.
+//! detour paths (docs/PROTOCOL.md §15) and how many detour paths it uses at most; and the
+//! `[[relay]]` sections of `server.toml`, the relays the server hands its clients
+//! (§15.7), validated the same way and then as the wire carries them.
 //!
 //! Invariants: every relay has a distinct name and request address; links plus detours fit
-//! the 16 path ids of a session (`sched::MAX_PATHS`); errors name the line and the fix.
+//! the 16 path ids of a session (`sched::MAX_PATHS`); a server's list is one its clients
+//! accept (`wire::relays::is_handable`) and fits one datagram; errors name the line and the
+//! fix.
 
 use super::client::{parse_addr, parse_key};
 use super::raw::RelaySection;
 use super::{ConfigError, Source};
 use multihome_proto::crypto::PublicKey;
-use multihome_proto::detour::Mode;
+use multihome_proto::crypto::TAG_LEN;
+use multihome_proto::detour::{Mode, RelaySpec};
+use multihome_proto::wire::relays::{self, MAX_HANDED_RELAYS, MAX_NAME_LEN};
+use multihome_proto::wire::stated::POLICY_ACK_LEN;
+use multihome_proto::wire::{AckFrame, InnerHeader, PairFrame, DATA_HEADER_LEN, OVERHEAD_BYTES};
 use std::net::SocketAddr;
 use toml::Spanned;
 
 /// Default number of detour paths when relays are configured.
 pub const DEFAULT_DETOURS: u32 = 2;
-/// Most relays: each one is a candidate per link, probed at start.
-pub const MAX_RELAYS: usize = 8;
+/// Most relays: each one is a candidate per link, probed at start (a client's own and
+/// those its server hands out count together).
+pub const MAX_RELAYS: usize = MAX_HANDED_RELAYS;
 
 /// One relay of the client.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RelaySettings {
     /// Name in status and path names ("LINK via NAME"); default: the address.
     pub name: String,
@@ -28,6 +37,18 @@ pub struct RelaySettings {
     pub public_key: PublicKey,
     /// NAT (default) or tunnel forwarding.
     pub mode: Mode,
+}
+
+impl RelaySettings {
+    /// The relay as the path manager and the wire know it.
+    pub fn spec(&self) -> RelaySpec {
+        RelaySpec {
+            name: self.name.clone(),
+            address: self.address,
+            key: self.public_key,
+            mode: self.mode,
+        }
+    }
 }
 
 /// Refuses more than [`MAX_RELAYS`] `[[relay]]` sections (`help` says what to do).
@@ -69,18 +90,14 @@ pub(super) fn relay_name_address<'a>(
     Ok((name, address))
 }
 
-/// Validates the relays and `detours` (links: how many `[[link]]`s there are).
-pub(super) fn parse(
+/// Validates `[[relay]]` sections: at most [`MAX_RELAYS`] (`help` says what to do beyond),
+/// distinct names and addresses, known modes.
+fn parse_relays(
     src: &Source<'_>,
     relays: &[Spanned<RelaySection>],
-    detours: Option<&Spanned<u32>>,
-    links: usize,
-) -> Result<(Vec<RelaySettings>, usize), ConfigError> {
-    check_relay_count(
-        src,
-        relays,
-        "keep the relays with the best routes; each is probed on every link",
-    )?;
+    help: &str,
+) -> Result<Vec<RelaySettings>, ConfigError> {
+    check_relay_count(src, relays, help)?;
     let mut out: Vec<RelaySettings> = Vec::new();
     for r in relays {
         let seen = out.iter().map(|x| (x.name.as_str(), x.address));
@@ -108,6 +125,65 @@ pub(super) fn parse(
             mode,
         });
     }
+    Ok(out)
+}
+
+/// The relays a server hands its clients (`[[relay]]` of server.toml): as a client's, and
+/// each one as the wire carries it (a name of 1–32 bytes without control characters, an
+/// address clients can send to), the whole list small enough to ride in one datagram of
+/// `mtu` beside a PING's feedback.
+pub(super) fn parse_server(
+    src: &Source<'_>,
+    relays: &[Spanned<RelaySection>],
+    mtu: u32,
+) -> Result<Vec<RelaySettings>, ConfigError> {
+    let out = parse_relays(src, relays, "a client uses at most 8 relays in all")?;
+    for (r, spanned) in out.iter().zip(relays) {
+        if !relays::is_handable(&r.spec()) {
+            return Err(src.err(
+                spanned.span().start,
+                format!(
+                    "relay `{}` ({}) cannot be handed to clients",
+                    r.name, r.address
+                ),
+                format!(
+                    "give it a name of 1 to {MAX_NAME_LEN} bytes without control characters \
+                     and the relay's own address with its port (not 0.0.0.0 or port 0)"
+                ),
+            ));
+        }
+    }
+    let specs: Vec<RelaySpec> = out.iter().map(RelaySettings::spec).collect();
+    let frame = relays::encode(&specs).map_or(0, |(_, b)| relays::RELAYS_HEADER_LEN + b.len());
+    let room = (mtu as usize).saturating_sub(HANDED_LIST_MARGIN);
+    if let (Some(first), true) = (relays.first(), frame > room) {
+        return Err(src.err(
+            first.span().start,
+            format!("the [[relay]] list takes {frame} bytes, more than a datagram of mtu = {mtu} holds ({room})"),
+            format!("raise [server] mtu to {} or more, or shorten the relay names", frame + HANDED_LIST_MARGIN),
+        ));
+    }
+    Ok(out)
+}
+
+/// What a PING datagram carries beside a relay list: its ACK, PAIR report, POLICY_ACK and
+/// the PING itself, less what the datagram's frames may take beyond the mtu (its overhead
+/// but the headers, inner header and tag: 12 bytes; docs/PROTOCOL.md §11). 26 bytes.
+const HANDED_LIST_MARGIN: usize = AckFrame::LEN + PairFrame::LEN + POLICY_ACK_LEN + 1
+    - (OVERHEAD_BYTES - DATA_HEADER_LEN - TAG_LEN - InnerHeader::LEN);
+
+/// Validates the client's relays and `detours` (links: how many `[[link]]`s there are).
+pub(super) fn parse(
+    src: &Source<'_>,
+    relays: &[Spanned<RelaySection>],
+    detours: Option<&Spanned<u32>>,
+    links: usize,
+) -> Result<(Vec<RelaySettings>, usize), ConfigError> {
+    let out = parse_relays(
+        src,
+        relays,
+        "keep the relays with the best routes; each is probed on every link",
+    )?;
     let room = multihome_proto::sched::MAX_PATHS - links;
     let n = match detours {
         None => DEFAULT_DETOURS as usize,
@@ -123,6 +199,6 @@ pub(super) fn parse(
             ))
         }
     };
-    let n = if out.is_empty() { 0 } else { n.min(room) };
-    Ok((out, n))
+    // Without relays of its own the client still takes those its server hands out.
+    Ok((out, n.min(room)))
 }

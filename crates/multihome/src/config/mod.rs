@@ -11,6 +11,7 @@ pub mod detours;
 pub mod mptcp;
 pub mod naming;
 mod raw;
+pub mod reload;
 pub mod server;
 
 pub use client::ClientSettings;
@@ -47,6 +48,9 @@ mod tests;
 
 #[cfg(test)]
 mod naming_tests;
+
+#[cfg(test)]
+mod reload_tests;
 
 /// The client's default control socket.
 pub fn client_default_socket() -> &'static str {

@@ -76,11 +76,36 @@ pub fn load(path: &Path) -> Result<MptcpSettings, ConfigError> {
 
 /// Validates the text of an `mptcp-detours.toml` (`path` for messages and the key path).
 pub fn parse(path: &Path, text: &str) -> Result<MptcpSettings, ConfigError> {
+    parse_with(path, text, true)
+}
+
+/// Validates as [`parse`] does, the key file too unless `read_key` is false (`multihome
+/// check-config --offline`); returns a one-line summary. The settings are not returned:
+/// without the key they cannot run.
+pub fn check(path: &Path, text: &str, read_key: bool) -> Result<String, ConfigError> {
+    let s = parse_with(path, text, read_key)?;
+    Ok(format!(
+        "{} relay(s), {} detour(s) per connection, {}",
+        s.relays.len(),
+        s.detours,
+        if s.targets.is_empty() {
+            "every outgoing MPTCP connection".to_string()
+        } else {
+            format!("{} server target(s)", s.targets.len())
+        }
+    ))
+}
+
+fn parse_with(path: &Path, text: &str, read_key: bool) -> Result<MptcpSettings, ConfigError> {
     let src = Source { path, text };
     let f: MptcpFile = src.parse()?;
     let m = &f.mptcp;
     let key_path = relative_to(path, m.private_key_file.get_ref());
-    let private_key = read_private_key(&src, m.private_key_file.span().start, &key_path)?;
+    let private_key = if read_key {
+        read_private_key(&src, m.private_key_file.span().start, &key_path)?
+    } else {
+        StaticSecret::from_bytes([1; 32])
+    };
     let relays = relays(&src, &f.relay)?;
     let ranged = |v: &Option<Spanned<u64>>, default: u64, lo: u64, hi: u64, what: &str| match v {
         None => Ok(Duration::from_secs(default)),

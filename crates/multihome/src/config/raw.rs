@@ -69,6 +69,7 @@ pub struct ClientSection {
     pub routes: Vec<Spanned<String>>,
     pub control_socket: Option<String>,
     pub metrics_listen: Option<Spanned<String>>,
+    pub dashboard: Option<Spanned<String>>,
     pub detect_ms: Option<Spanned<u64>>,
     pub failback_hold_ms: Option<u64>,
     pub mtu: Option<Spanned<u32>>,
@@ -118,6 +119,8 @@ pub struct ServerFile {
     pub server: ServerSection,
     #[serde(default)]
     pub peer: Vec<Spanned<PeerSection>>,
+    #[serde(default)]
+    pub relay: Vec<Spanned<RelaySection>>,
     pub naming: Option<Spanned<ServerNamingSection>>,
 }
 
@@ -132,6 +135,7 @@ pub struct ServerSection {
     pub uplink: Option<Spanned<String>>,
     pub control_socket: Option<String>,
     pub metrics_listen: Option<Spanned<String>>,
+    pub dashboard: Option<Spanned<String>>,
     pub detect_ms: Option<Spanned<u64>>,
     pub mtu: Option<Spanned<u32>>,
     pub default_policy: Option<Spanned<String>>,

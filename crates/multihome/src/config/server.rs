@@ -43,6 +43,8 @@ pub struct ServerSettings {
     pub control_socket: PathBuf,
     /// Prometheus listen address.
     pub metrics_listen: Option<SocketAddr>,
+    /// The web dashboard's address (`dashboard`; none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// Detection time.
     pub detect: Duration,
     /// TUN MTU.
@@ -63,6 +65,8 @@ pub struct ServerSettings {
     pub redundant_copies: Option<u8>,
     /// The resolver and its store (`[naming]`).
     pub naming: Option<super::naming::ServerNaming>,
+    /// Relays handed to the clients (`[[relay]]`, docs/PROTOCOL.md §15.7).
+    pub relays: Vec<super::detours::RelaySettings>,
 }
 
 /// Default control socket of the server.
@@ -112,6 +116,7 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         None => None,
     };
     let listen = parse_addr(src, &s.listen, "listen")?;
+    let mtu = parse_mtu(src, s.mtu.as_ref())?;
     Ok(ServerSettings {
         listen,
         private_key_file: relative_to(src.path, s.private_key_file.get_ref()),
@@ -129,8 +134,13 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
             .as_ref()
             .map(|m| parse_addr(src, m, "metrics_listen"))
             .transpose()?,
+        dashboard: s
+            .dashboard
+            .as_ref()
+            .map(|m| parse_addr(src, m, "dashboard"))
+            .transpose()?,
         detect: parse_detect(src, s.detect_ms.as_ref())?,
-        mtu: parse_mtu(src, s.mtu.as_ref())?,
+        mtu,
         default_policy: match &s.default_policy {
             Some(p) => parse_policy(src, p, None)?,
             None => Policy::Best,
@@ -150,5 +160,6 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
             c => c.as_ref().map(|c| *c.get_ref()),
         },
         naming: super::naming::parse_server(src, f.naming.as_ref(), listen)?,
+        relays: super::detours::parse_server(src, &f.relay, mtu)?,
     })
 }

@@ -34,6 +34,23 @@ fn valid_client() {
 }
 
 #[test]
+fn dashboard_is_off_unless_given_and_located_when_wrong() {
+    let base = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert_eq!(base.dashboard, None);
+    let on = client_src(
+        "server = \"10.0.1.1:7000\"\ndashboard = \"127.0.0.1:8080\"\n",
+        LINKS,
+    );
+    assert_eq!(
+        client(&on).unwrap().dashboard,
+        Some("127.0.0.1:8080".parse().unwrap())
+    );
+    let e = client(&on.replace("127.0.0.1:8080", "localhost:8080")).unwrap_err();
+    assert_eq!(e.line, 5, "{e}");
+    assert!(e.message.contains("dashboard `localhost:8080`"), "{e}");
+}
+
+#[test]
 fn unknown_key_names_line() {
     let t = client_src("server = \"10.0.1.1:7000\"\ntun_adress = \"x\"\n", LINKS);
     let e = client(&t).unwrap_err();
@@ -233,7 +250,13 @@ fn relays_and_detours() {
     assert_eq!(c.relays[1].name, "192.0.2.2:51900");
     assert_eq!(c.relays[1].mode, multihome_proto::detour::Mode::Tunnel);
     let none = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
-    assert_eq!(none.detours, 0, "no relays, no detours");
+    assert_eq!(none.detours, 2, "for the relays the server hands out");
+    let off = client(&client_src(
+        "server = \"10.0.1.1:7000\"\ndetours = 0\n",
+        LINKS,
+    ))
+    .unwrap();
+    assert_eq!(off.detours, 0);
     let three = client_src("server = \"10.0.1.1:7000\"\ndetours = 3\n", LINKS) + &relays;
     assert_eq!(client(&three).unwrap().detours, 3);
     let too_many = client_src("server = \"10.0.1.1:7000\"\ndetours = 15\n", LINKS) + &relays;
@@ -315,4 +338,63 @@ fn link_policies_name_links_and_errors_are_located() {
     .unwrap_err();
     assert_eq!(e.line, 5, "{e}");
     assert!(e.message.contains("link policy is the client's"), "{e}");
+}
+
+fn server_with(extra_server: &str, relays: &str) -> Result<ServerSettings, ConfigError> {
+    let t = format!(
+        "[server]\nlisten = \"0.0.0.0:7000\"\nprivate_key_file = \"/k\"\ntun_address = \"10.200.0.1/24\"\n{extra_server}\n[[peer]]\nname = \"home\"\npublic_key = \"{KEY}\"\nallowed_ips = [\"10.200.0.2/32\"]\n{relays}"
+    );
+    server::validate(&Source {
+        path: Path::new("s.toml"),
+        text: &t,
+    })
+}
+
+/// The server's `[[relay]]` list: validated as a client's, and as the wire carries it.
+#[test]
+fn server_relays() {
+    let relay = |name: &str, addr: &str| {
+        format!("\n[[relay]]\nname = \"{name}\"\naddress = \"{addr}\"\npublic_key = \"{KEY}\"\n")
+    };
+    assert!(server_with("", "").unwrap().relays.is_empty());
+    let two =
+        relay("rly", "10.0.80.2:51900") + &relay("fra", "192.0.2.50:51900") + "mode = \"tunnel\"\n";
+    let s = server_with("", &two).unwrap();
+    assert_eq!(s.relays.len(), 2);
+    assert_eq!(s.relays[1].mode, multihome_proto::detour::Mode::Tunnel);
+    // Twice, too many, a long or missing name (the address is too long as a name), an
+    // address clients cannot send to: each refused at its [[relay]].
+    let e = server_with(
+        "",
+        &(relay("a", "10.0.80.2:1") + &relay("a", "10.0.80.3:1")),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("listed twice"), "{e}");
+    let nine: String = (1..=9)
+        .map(|i| relay(&format!("r{i}"), &format!("10.0.80.{i}:1")))
+        .collect();
+    let e = server_with("", &nine).unwrap_err();
+    assert!(e.message.contains("more than 8"), "{e}");
+    let unnamed = "\n[[relay]]\naddress = \"[2001:db8:1234:5678:9abc:def0:1234:5678]:51900\"\npublic_key = \"KEY\"\n".replace("KEY", KEY);
+    for bad in [
+        relay(&"n".repeat(33), "10.0.80.2:1"),
+        unnamed,
+        relay("a", "0.0.0.0:51900"),
+        relay("a", "10.0.80.2:0"),
+    ] {
+        let e = server_with("", &bad).unwrap_err();
+        assert!(
+            e.message.contains("cannot be handed to clients"),
+            "{bad}: {e}"
+        );
+        assert_eq!(e.line, 11, "{e}");
+    }
+    // Eight relays with 32-byte names take 694 bytes: mtu 720 or more carries them.
+    let full: String = (1..=8)
+        .map(|i| relay(&format!("{i}{}", "n".repeat(31)), &format!("10.0.80.{i}:1")))
+        .collect();
+    let e = server_with("mtu = 600\n", &full).unwrap_err();
+    assert!(e.message.contains("694 bytes"), "{e}");
+    assert!(e.fix.contains("720"), "{e}");
+    assert_eq!(server_with("mtu = 720\n", &full).unwrap().relays.len(), 8);
 }

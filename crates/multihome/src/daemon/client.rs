@@ -13,6 +13,7 @@ use super::core::ClientCore;
 use super::driver::{Driver, Services, Watch};
 use super::fastpath::FastPath;
 use super::io::LinkBind;
+use super::reload::ClientReloader;
 use super::{block_on, register, setup_tun, shutdown_signal, Clock};
 use crate::config::{self, ClientSettings, ConfigError, Source};
 use crate::control::ControlSocket;
@@ -47,10 +48,14 @@ pub fn run(path: &Path) -> Result<()> {
             .into());
         }
     }
-    block_on(run_loop(s, key))
+    block_on(run_loop(path, s, key))
 }
 
-async fn run_loop(mut s: ClientSettings, key: multihome_proto::crypto::StaticSecret) -> Result<()> {
+async fn run_loop(
+    path: &Path,
+    mut s: ClientSettings,
+    key: multihome_proto::crypto::StaticSecret,
+) -> Result<()> {
     // A resolved server (`servers`) is known before anything else is set up.
     let naming = super::naming::start(&mut s, &key).await?;
     let clock = Clock::new();
@@ -87,15 +92,21 @@ async fn run_loop(mut s: ClientSettings, key: multihome_proto::crypto::StaticSec
         fd: register(LinkWatcher::new().context("opening netlink")?)?,
         events: Vec::new(),
         fast: FastPath::start(s.kernel_copies, &bind)?,
+        reloader: ClientReloader::new(path, s.clone()),
     };
     let mut watch = super::naming::Watches::new(links, naming);
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
+        resolver: None,
+        live: Some(super::live("client", s.dashboard).await?),
+        ..Services::default()
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
-    let core = ClientCore::new(client, names).with_detours(detours);
-    let mut driver = Driver::new(core, tun, bind, clock);
+    let core = ClientCore::new(client, names)
+        .with_detours(detours)
+        .with_policies(&s.classifier);
+    let mut driver = Driver::new(core, tun, bind, clock).reload_on_hangup()?;
     driver.run(&services, &mut watch, shutdown_signal()).await?;
     tracing::info!("shutting down");
     driver.close();
@@ -143,13 +154,16 @@ fn client_config(
     }
 }
 
-/// The netlink watcher: interfaces going down or coming up.
+/// The links' watcher: interfaces going down or coming up (netlink), and the config file
+/// re-read on a reload (links added, removed or moved; policies).
 struct LinkWatch {
     fd: AsyncFd<LinkWatcher>,
     /// The events of the last wake-up.
     events: Vec<LinkEvent>,
     /// The kernel fast path's table (removed when the watch is dropped, at exit).
     fast: FastPath,
+    /// The config file and the settings in force.
+    reloader: ClientReloader,
 }
 
 impl Watch<ClientCore, LinkBind> for LinkWatch {
@@ -170,12 +184,27 @@ impl Watch<ClientCore, LinkBind> for LinkWatch {
         on_link_events(clock, core, bind, &self.events);
         self.fast.refresh(bind);
     }
+
+    fn reload(
+        &mut self,
+        clock: &Clock,
+        core: &mut ClientCore,
+        bind: &mut LinkBind,
+    ) -> Result<Vec<String>, String> {
+        let r = self.reloader.reload(clock, core, bind);
+        self.fast.refresh(bind);
+        r
+    }
 }
 
 /// Whether `interface` can reach `server`: up and running (`carrier`, when an event just
 /// said so, else asked) with an address of the server's family. A failed address query
 /// counts as having one (the behaviour before addresses were watched).
-fn link_usable(interface: &str, server: std::net::SocketAddr, carrier: Option<bool>) -> bool {
+pub(super) fn link_usable(
+    interface: &str,
+    server: std::net::SocketAddr,
+    carrier: Option<bool>,
+) -> bool {
     let up =
         carrier.unwrap_or_else(|| multihome_io::netlink::link_is_up(interface).unwrap_or(false));
     up && multihome_io::netlink::interface_addresses(interface).map_or(true, |addrs| {
@@ -199,7 +228,7 @@ fn on_link_events(clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind, eve
             LinkEvent::AddrAdded { name, .. } | LinkEvent::AddrRemoved { name, .. } => (name, None),
         };
         for i in 0..bind.links().len() {
-            if &bind.links()[i].interface != name {
+            if &bind.links()[i].interface != name || !bind.is_active(i) {
                 continue;
             }
             let up = link_usable(name, bind.links()[i].server, carrier);

@@ -18,6 +18,7 @@
 //! reused for every packet), as the endpoints' own does.
 
 use super::detours::Detours;
+use crate::config::client::LinkSettings;
 use multihome_proto::endpoint::{Client, Server};
 use multihome_proto::path::PathId;
 use multihome_proto::Instant;
@@ -74,6 +75,12 @@ pub struct ClientCore {
     detours: Option<Detours>,
     /// The naming watch's status (`daemon/naming.rs`), shown under `naming`.
     pub naming: Option<serde_json::Value>,
+    /// The configured flow classes, shown under `policies`.
+    policies: Option<serde_json::Value>,
+    /// Links removed by a reload: their paths stay in the session (down), as a detour's
+    /// do, so a later link given the same id goes on in step with the server; status
+    /// leaves them out.
+    retired: Vec<PathId>,
 }
 
 impl ClientCore {
@@ -86,11 +93,58 @@ impl ClientCore {
             was_established: false,
             detours: None,
             naming: None,
+            policies: None,
+            retired: Vec::new(),
         }
     }
 
-    /// Uses detour paths through relays, as `detours` decides.
+    /// Shows `classifier` (the config's flow classes) in the status document.
+    pub fn with_policies(mut self, classifier: &multihome_proto::policy::Classifier) -> Self {
+        self.show_policies(classifier);
+        self
+    }
+
+    /// Shows `classifier` in the status document from now on (at start and after a
+    /// reload, which may rename links or change rules).
+    pub fn show_policies(&mut self, classifier: &multihome_proto::policy::Classifier) {
+        let names = &self.link_names;
+        let name_of = |id: PathId| {
+            names
+                .get(id.0 as usize)
+                .cloned()
+                .unwrap_or_else(|| id.0.to_string())
+        };
+        self.policies = Some(crate::status::policies_json(classifier, &name_of));
+    }
+
+    /// Adds link `l` or moves it to its (new) server (a reload), usable or not; `slots` is
+    /// the number of link sockets now (the copy sockets' numbers follow them).
+    pub fn set_link(&mut self, now: Instant, l: &LinkSettings, usable: bool, slots: usize) {
+        let i = l.id.0 as usize;
+        if self.link_names.len() <= i {
+            self.link_names.resize(i + 1, String::new());
+        }
+        self.link_names[i] = l.name.clone();
+        self.n_links = slots;
+        self.retired.retain(|r| *r != l.id);
+        self.client.add_link(now, l.id, l.server);
+        self.client.set_link_cost(l.id, l.cost);
+        self.set_link_up(now, l.id, usable);
+    }
+
+    /// Takes link `id` out of use for good (a reload removed it): its path goes down, so
+    /// what it held is sent again over the others.
+    pub fn retire_link(&mut self, now: Instant, id: PathId) {
+        self.set_link_up(now, id, false);
+        self.retired.push(id);
+    }
+
+    /// Uses detour paths through relays, as `detours` decides; the client then takes the
+    /// relay lists its server hands out.
     pub fn with_detours(mut self, detours: Option<Detours>) -> Self {
+        if detours.is_some() {
+            self.client.accept_relays();
+        }
         self.detours = detours;
         self
     }
@@ -172,11 +226,20 @@ impl Core for ClientCore {
 
     fn status(&self) -> serde_json::Value {
         let mut v = crate::status::client_status(&self.client, &self.link_names);
+        if let Some(links) = v["sessions"][0]["links"].as_array_mut() {
+            links.retain(|l| {
+                let id = l["id"].as_u64().unwrap_or(u64::MAX);
+                !self.retired.iter().any(|r| u64::from(r.0) == id)
+            });
+        }
         if let Some(d) = &self.detours {
             v["detours"] = d.status();
         }
         if let Some(n) = &self.naming {
             v["naming"] = n.clone();
+        }
+        if let Some(p) = &self.policies {
+            v["policies"] = p.clone();
         }
         v
     }

@@ -10,18 +10,19 @@
 //!   (`set_link_available(false)`: its unacknowledged data is reinjected). The path itself
 //!   stays in the session, so its per-path counters stay in step with the server's if its
 //!   id is used again for another detour (the server then follows the new address).
-//! - Every timer run, the session's paths are reported to the manager (`PathObs`).
+//! - Every timer run, the session's paths are reported to the manager (`PathObs`), and
+//!   the server's newest relay list, if it changed (docs/PROTOCOL.md §15.7), is merged
+//!   with the configured relays (`DetourManager::set_server_relays`).
 //!
 //! Invariants: a detour path's socket is its link's socket for as long as the path exists;
 //! datagrams from a detour's remote on that socket are the detour path's (handshake
 //! responses confirm the right path).
 
 use super::core::Outgoing;
+use crate::config::detours::RelaySettings;
 use crate::config::ClientSettings;
 use multihome_proto::crypto::StaticSecret;
-use multihome_proto::detour::{
-    DetourManager, ManagerAction, ManagerConfig, PathObs, RelaySpec, TYPE_ANSWER,
-};
+use multihome_proto::detour::{DetourManager, ManagerAction, ManagerConfig, PathObs, TYPE_ANSWER};
 use multihome_proto::endpoint::Client;
 use multihome_proto::path::PathId;
 use multihome_proto::sched::MAX_PATHS;
@@ -39,26 +40,19 @@ pub struct Detours {
 }
 
 impl Detours {
-    /// A manager for the configured relays and links, or None without relays.
+    /// A manager for the configured relays (and those the server will hand out) and links;
+    /// None with `detours = 0`, or with a resolved server (`servers`: relays need a fixed
+    /// one).
     pub fn new(
         s: &ClientSettings,
         key: StaticSecret,
         epoch_us: u64,
         seed: [u8; 32],
     ) -> Option<Self> {
-        if s.relays.is_empty() || s.detours == 0 {
+        if s.detours == 0 || s.naming.is_some() {
             return None;
         }
-        let relays = s
-            .relays
-            .iter()
-            .map(|r| RelaySpec {
-                name: r.name.clone(),
-                address: r.address,
-                key: r.public_key,
-                mode: r.mode,
-            })
-            .collect();
+        let relays = s.relays.iter().map(RelaySettings::spec).collect();
         let cfg = ManagerConfig::new(key, epoch_us, s.detours, s.links.len() as u8);
         let mut manager = DetourManager::new(cfg, relays, seed);
         for (i, l) in s.links.iter().enumerate() {
@@ -115,22 +109,31 @@ impl Detours {
 
     /// Reports the session's paths, runs the manager's timers, applies its actions.
     pub fn handle_timeout(&mut self, now: Instant, client: &mut Client, names: &mut Vec<String>) {
-        let obs: Vec<PathObs> = client
-            .session()
-            .paths()
-            .map(|p| {
-                let v = p.view(now);
-                PathObs {
-                    id: p.id(),
-                    state: v.state,
-                    min_rtt: v.measured.then_some(v.min_rtt),
-                    rate_bps: v.bandwidth_bps,
-                    busy: v.bw_valid && v.inflight_bytes > 0,
-                }
-            })
-            .collect();
         self.now = now;
-        self.manager.observe(now, &obs);
+        if let Some(list) = client.take_server_relays() {
+            let names: Vec<&str> = list.iter().map(|r| r.name.as_str()).collect();
+            tracing::info!(relays = ?names, "relay list from the server");
+            self.manager.set_server_relays(now, list);
+        }
+        // No candidate (no relay of its own, none from the server yet): nothing to observe
+        // — this runs at every timer of the client, relays or not.
+        if self.manager.poll_timeout().is_some() {
+            let obs: Vec<PathObs> = client
+                .session()
+                .paths()
+                .map(|p| {
+                    let v = p.view(now);
+                    PathObs {
+                        id: p.id(),
+                        state: v.state,
+                        min_rtt: v.measured.then_some(v.min_rtt),
+                        rate_bps: v.bandwidth_bps,
+                        busy: v.bw_valid && v.inflight_bytes > 0,
+                    }
+                })
+                .collect();
+            self.manager.observe(now, &obs);
+        }
         if self.manager.poll_timeout().is_some_and(|t| t <= now) {
             self.manager.handle_timeout(now);
         }
@@ -187,14 +190,26 @@ impl Detours {
             .into_iter()
             .map(|s| {
                 json!({
-                    "link": s.link, "relay": s.relay, "state": s.state,
+                    "link": s.link, "relay": s.relay, "source": s.source.name(), "state": s.state,
                     "path": s.path.map(|p| p.0),
                     "rtt_ms": s.rtt.map(|r| r.as_secs_f64() * 1e3),
                     "rtt_from_path": s.rtt_from_path, "relay_port": s.relay_port,
                 })
             })
             .collect();
+        let relays: Vec<Value> = self
+            .manager
+            .relays()
+            .into_iter()
+            .map(|r| {
+                json!({
+                    "name": r.spec.name, "address": r.spec.address.to_string(),
+                    "mode": r.spec.mode.name(), "source": r.source.name(), "leaving": r.leaving,
+                })
+            })
+            .collect();
         json!({
+            "relays": relays,
             "candidates": cands,
             "added": c.added, "retired_dead": c.retired_dead, "retired_relay": c.retired_relay,
             "retired_useless": c.retired_useless, "swapped": c.swapped, "refused": c.refused,

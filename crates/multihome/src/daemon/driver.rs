@@ -5,7 +5,9 @@
 //! `sendmmsg` each; everything it has to deliver, coalesced by the device; its events
 //! logged), then wait for the first of: shutdown, the core's deadline, the device readable,
 //! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control
-//! or metrics connection. Reads drain a ready source until "would block" or
+//! request (status, or reload: the watch re-reads the config), SIGHUP (reload, where the
+//! role asked for it), a metrics or dashboard connection, or the dashboard's once-a-second
+//! sample. Reads drain a ready source until "would block" or
 //! [`READ_BUDGET`] batches, so one busy source cannot starve the others (readiness stays
 //! set when the budget runs out, and the loop comes straight back).
 //!
@@ -21,10 +23,13 @@
 use super::core::{Core, Outgoing};
 use super::io::{DatagramBind, PacketDevice};
 use super::{Clock, BUF_BYTES, READ_BUDGET};
-use crate::control::ControlSocket;
+use crate::control::{ControlSocket, Pending, Request, Requests};
 use anyhow::Result;
 use multihome_io::udp::BATCH_MAX;
 use multihome_proto::path::PathId;
+use multihome_proto::time::Instant;
+use multihome_runtime::dashboard::Live;
+use multihome_runtime::http::{HttpListener, Response};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -36,6 +41,16 @@ pub trait Watch<C, B> {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// Handles it, with the core and the bind at hand.
     fn handle(&mut self, clock: &Clock, core: &mut C, bind: &mut B);
+    /// Re-reads the configuration file and applies what changed (`multihome reload`,
+    /// SIGHUP): one line per change, or why nothing was changed.
+    fn reload(
+        &mut self,
+        _clock: &Clock,
+        _core: &mut C,
+        _bind: &mut B,
+    ) -> Result<Vec<String>, String> {
+        Err("this daemon cannot reload its configuration: restart it".into())
+    }
 }
 
 /// No role-specific source (the server, tests).
@@ -49,13 +64,45 @@ impl<C, B> Watch<C, B> for NoWatch {
     fn handle(&mut self, _clock: &Clock, _core: &mut C, _bind: &mut B) {}
 }
 
-/// The listeners that serve the core's status document; both optional (tests have none).
+/// The listeners that serve the core's status document and the history behind the
+/// dashboard; all optional (tests have none).
 #[derive(Default)]
 pub struct Services {
-    /// The control socket (`multihome status`).
+    /// The control socket (`multihome status`, `multihome reload`).
     pub control: Option<ControlSocket>,
     /// The Prometheus listener.
-    pub metrics: Option<tokio::net::TcpListener>,
+    pub metrics: Option<HttpListener>,
+    /// What runs beside the core and adds to its document: the server's resolver, whose
+    /// counters live on its own thread (`super::naming`), under `naming`.
+    pub resolver: Option<super::naming::ResolverStatus>,
+    /// The history of samples and events, and the dashboard if configured.
+    pub live: Option<Live>,
+    /// Control connections whose request is being read.
+    pub requests: Requests,
+}
+
+impl Services {
+    /// The status document: the core's, with what runs beside it.
+    /// With the clock it reads (`now_us`), so a reader can tell how long the oldest held
+    /// packet has waited (`hold.since_us`).
+    pub fn status(&self, core: &impl Core, now: Instant) -> serde_json::Value {
+        let mut v = core.status();
+        v["now_us"] = now.as_micros().into();
+        if let Some(r) = &self.resolver {
+            v["naming"] = r.json();
+        }
+        v
+    }
+
+    /// The status document as served: [`Self::status`], with the events when there is a
+    /// history.
+    fn document(&self, core: &impl Core, now: Instant) -> serde_json::Value {
+        let doc = self.status(core, now);
+        match &self.live {
+            Some(l) => l.document(doc),
+            None => doc,
+        }
+    }
 }
 
 /// Datagrams built but not yet sent, sent with one `sendmmsg` per run of one socket.
@@ -139,6 +186,8 @@ pub struct Driver<C, D, B> {
     deliver: Box<[u8]>,
     /// Sockets found gone while sending, reported to the core after the sends.
     gone: Vec<usize>,
+    /// SIGHUP, when the daemon reloads on it ([`Driver::reload_on_hangup`]).
+    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
@@ -152,7 +201,17 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
             tx: TxBatch::default(),
             deliver: vec![0u8; BUF_BYTES].into_boxed_slice(),
             gone: Vec::new(),
+            hangup: None,
         }
+    }
+
+    /// Reloads the configuration on SIGHUP (the result is logged), as on `multihome
+    /// reload` (the result is the answer). Without this a SIGHUP ends the process, as by
+    /// default.
+    pub fn reload_on_hangup(mut self) -> Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        self.hangup = Some(signal(SignalKind::hangup())?);
+        Ok(self)
     }
 
     /// Runs until `shutdown` resolves (then returns without closing: see
@@ -164,10 +223,12 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
         shutdown: impl Future<Output = ()>,
     ) -> Result<()> {
         tokio::pin!(shutdown);
+        let mut tick = Live::tick();
         loop {
             self.flush();
             let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
             let (device, bind) = (&mut self.device, &mut self.bind);
+            let hangup = &mut self.hangup;
             // select! drops every branch's future before running a handler, so the
             // handlers may use what the futures borrowed.
             tokio::select! {
@@ -182,19 +243,63 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                     r?;
                     watch.handle(&self.clock, &mut self.core, &mut self.bind);
                 }
-                c = accept_control(services), if services.control.is_some() => {
-                    if let Ok(stream) = c {
-                        crate::control::reply(stream, self.core.status().to_string());
-                    }
+                p = next_request(services), if services.control.is_some() => {
+                    self.answer(p, watch, services);
+                }
+                _ = poll_fn(|cx| hangup.as_mut().expect("guarded").poll_recv(cx)),
+                    if hangup.is_some() => {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    let _ = self.reload(watch);
                 }
                 m = accept_metrics(services), if services.metrics.is_some() => {
-                    if let Ok((stream, _)) = m {
-                        let text = crate::metrics::render(&self.core.status());
-                        crate::metrics::reply(stream, text);
+                    if let (Ok(stream), Some(l)) = (m, &services.metrics) {
+                        let text = crate::metrics::render(&services.status(&self.core, self.clock.now()));
+                        l.serve(stream, move |_| {
+                            Response::ok("text/plain; version=0.0.4", text.into_bytes())
+                        });
+                    }
+                }
+                d = accept_dashboard(services), if services.live.is_some() => {
+                    if let (Ok(stream), Some(l)) = (d, &services.live) {
+                        l.serve(stream, services.document(&self.core, self.clock.now()));
+                    }
+                }
+                _ = tick.tick(), if services.live.is_some() => {
+                    if let Some(l) = &services.live {
+                        l.sample(&self.core.status());
                     }
                 }
             }
         }
+    }
+
+    /// Answers a control request: the status document, or a reload's outcome as JSON
+    /// (`{"reloaded": true, "changes": [...]}` or `{"reloaded": false, "error": ...}`).
+    fn answer(&mut self, p: Pending, watch: &mut impl Watch<C, B>, services: &Services) {
+        let doc = match &p.request {
+            Request::Status => services.document(&self.core, self.clock.now()),
+            Request::Reload => match self.reload(watch) {
+                Ok(changes) => serde_json::json!({"reloaded": true, "changes": changes}),
+                Err(error) => serde_json::json!({"reloaded": false, "error": error}),
+            },
+            Request::Unknown(r) => serde_json::json!({"error": format!("unknown request `{r}`")}),
+        };
+        p.answer(doc.to_string());
+    }
+
+    /// Reloads through the role's watch and logs the outcome.
+    fn reload(&mut self, watch: &mut impl Watch<C, B>) -> Result<Vec<String>, String> {
+        let r = watch.reload(&self.clock, &mut self.core, &mut self.bind);
+        match &r {
+            Ok(changes) if changes.is_empty() => tracing::info!("reload: nothing changed"),
+            Ok(changes) => {
+                for c in changes {
+                    tracing::info!("reload: {c}");
+                }
+            }
+            Err(e) => tracing::warn!("reload refused, the configuration in force is kept: {e}"),
+        }
+        r
     }
 
     /// Closes the core's session (CLOSE where the role sends one) and sends it.
@@ -265,10 +370,14 @@ fn drain(mut read: impl FnMut() -> io::Result<()>) {
     }
 }
 
-async fn accept_control(s: &Services) -> io::Result<tokio::net::UnixStream> {
-    s.control.as_ref().expect("guarded").accept().await
+async fn next_request(s: &Services) -> Pending {
+    s.requests.next(s.control.as_ref().expect("guarded")).await
 }
 
-async fn accept_metrics(s: &Services) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
+async fn accept_metrics(s: &Services) -> io::Result<tokio::net::TcpStream> {
     s.metrics.as_ref().expect("guarded").accept().await
+}
+
+async fn accept_dashboard(s: &Services) -> io::Result<tokio::net::TcpStream> {
+    s.live.as_ref().expect("guarded").accept().await
 }

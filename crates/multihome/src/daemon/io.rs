@@ -164,6 +164,9 @@ pub struct Link {
     /// The copy socket (kernel fast path, `multihome_io::dup`): what leaves it is copied
     /// onto the other links by the kernel. Never read: replies come to `sock`.
     copy: Option<AsyncFd<LinkSocket>>,
+    /// Removed by a reload: never bound again, its interface's events ignored (its number
+    /// stays taken until a reload gives it to a new link).
+    retired: bool,
 }
 
 impl Link {
@@ -198,6 +201,7 @@ impl LinkBind {
                 server,
                 sock: None,
                 copy: None,
+                retired: false,
             })
             .collect();
         LinkBind {
@@ -223,11 +227,42 @@ impl LinkBind {
         self.links.get(i).is_some_and(|l| l.sock.is_some())
     }
 
+    /// Whether link `i` is configured (exists and was not removed by a reload).
+    pub fn is_active(&self, i: usize) -> bool {
+        self.links.get(i).is_some_and(|l| !l.retired)
+    }
+
+    /// Sets link `i` (a reload: a new link, or one moved to another interface or server),
+    /// numbering slots up to it, and binds it. Slots created on the way are retired.
+    pub fn set_link(&mut self, i: usize, name: String, interface: String, server: SocketAddr) {
+        while self.links.len() <= i {
+            self.links.push(Link {
+                name: String::new(),
+                interface: String::new(),
+                server,
+                sock: None,
+                copy: None,
+                retired: true,
+            });
+        }
+        let l = &mut self.links[i];
+        (l.name, l.interface, l.server, l.retired) = (name, interface, server, false);
+        (l.sock, l.copy) = (None, None);
+        self.rebind(i);
+    }
+
+    /// Removes link `i` (a reload): its sockets are closed and it is never bound again.
+    pub fn retire(&mut self, i: usize) {
+        if let Some(l) = self.links.get_mut(i) {
+            (l.sock, l.copy, l.retired) = (None, None, true);
+        }
+    }
+
     /// Binds a new socket for link `i` on its interface (a wildcard address of the
     /// server's family; the kernel picks the source on that device). A failure is logged
     /// and leaves the link without a socket.
     pub fn rebind(&mut self, i: usize) {
-        let Some(l) = self.links.get_mut(i) else {
+        let Some(l) = self.links.get_mut(i).filter(|l| !l.retired) else {
             return;
         };
         let local: SocketAddr = if l.server.is_ipv4() {

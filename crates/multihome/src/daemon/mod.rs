@@ -11,6 +11,7 @@
 //! - [`mptcp`]: `multihome mptcp-detours`, subflows through relays for kernel MPTCP
 //!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
 //! - [`naming`]: the client resolving its server, the server's resolver thread;
+//! - [`reload`]: the client re-reading its config file (`multihome reload`, SIGHUP);
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
 //!
@@ -29,6 +30,7 @@ pub mod io;
 pub mod mem;
 pub mod mptcp;
 pub mod naming;
+pub mod reload;
 pub mod server;
 
 use anyhow::{Context, Result};
@@ -46,15 +48,28 @@ pub use multihome_runtime::{block_on, os_seed, shutdown_signal, Clock};
 /// Binds the optional Prometheus listener.
 pub async fn bind_metrics(
     addr: Option<std::net::SocketAddr>,
-) -> Result<Option<tokio::net::TcpListener>> {
+) -> Result<Option<multihome_runtime::http::HttpListener>> {
     match addr {
         Some(a) => Ok(Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("metrics_listen {a}"))?,
+            multihome_runtime::http::HttpListener::bind(a, "metrics_listen").await?,
         )),
         None => Ok(None),
     }
+}
+
+/// The history behind the status document's events and the dashboard (bound on
+/// `dashboard` if set) of a tunnel role.
+pub async fn live(
+    role: &str,
+    dashboard: Option<std::net::SocketAddr>,
+) -> Result<multihome_runtime::dashboard::Live> {
+    multihome_runtime::dashboard::Live::new(
+        role,
+        dashboard,
+        crate::dashboard::snapshot,
+        Some(crate::metrics::render),
+    )
+    .await
 }
 
 /// Registers a readable fd with the runtime.

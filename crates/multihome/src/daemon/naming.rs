@@ -18,7 +18,9 @@
 //!
 //! Server: [`serve`] starts a thread with its own runtime for the resolver
 //! (`multihome_naming::service`), so a slow store never stalls the tunnel; its load (the
-//! number of sessions) is read from the server's own control socket once a second.
+//! number of sessions) is read from the server's own control socket once a second. Its
+//! counters (requests, records refused by reason, the etcd copy's state) are shared with
+//! the server's loop, which shows them under `naming` in its status ([`server_status`]).
 
 use super::core::ClientCore;
 use super::driver::Watch;
@@ -29,8 +31,9 @@ use crate::config::{ClientSettings, ServerSettings};
 use anyhow::{Context as _, Result};
 use multihome_io::udp::LinkSocket;
 use multihome_naming::resolver::{Event, Resolver, ResolverConfig};
-use multihome_naming::service::{self, ServiceConfig};
-use multihome_naming::store::{EmbeddedStore, EtcdStore, Store};
+use multihome_naming::service::{self, ServiceConfig, ServiceStats, SharedStats};
+use multihome_naming::signed::RefusalCounts;
+use multihome_naming::store::{EmbeddedStore, EtcdStore, RecordStore, Store};
 use multihome_naming::LinkAddr;
 use multihome_proto::crypto::{PublicKey, StaticSecret};
 use multihome_proto::endpoint::Client;
@@ -362,6 +365,15 @@ impl<W: Watch<ClientCore, LinkBind>> Watch<ClientCore, LinkBind> for Watches<W> 
         }
     }
 
+    fn reload(
+        &mut self,
+        clock: &Clock,
+        core: &mut ClientCore,
+        bind: &mut LinkBind,
+    ) -> Result<Vec<String>, String> {
+        self.inner.reload(clock, core, bind)
+    }
+
     fn handle(&mut self, clock: &Clock, core: &mut ClientCore, bind: &mut LinkBind) {
         if std::mem::take(&mut self.ready.0) {
             self.inner.handle(clock, core, bind);
@@ -375,10 +387,11 @@ impl<W: Watch<ClientCore, LinkBind>> Watch<ClientCore, LinkBind> for Watches<W> 
 }
 
 /// Starts the server's resolver thread when `[naming]` is configured. Binds its socket and
-/// opens an embedded store here, so a bad address or file fails start-up.
-pub fn serve(s: &ServerSettings, key: &StaticSecret) -> Result<()> {
+/// opens an embedded store here, so a bad address or file fails start-up. Returns the
+/// resolver's counters.
+pub fn serve(s: &ServerSettings, key: &StaticSecret) -> Result<Option<ResolverStatus>> {
     let Some(n) = s.naming.clone() else {
-        return Ok(());
+        return Ok(None);
     };
     let sock = std::net::UdpSocket::bind(n.listen)
         .with_context(|| format!("resolver listen {}", n.listen))?;
@@ -397,11 +410,19 @@ pub fn serve(s: &ServerSettings, key: &StaticSecret) -> Result<()> {
         lease_ms: n.lease.as_millis() as u64,
     };
     let control = s.control_socket.clone();
+    let status = ResolverStatus {
+        stats: SharedStats::default(),
+        store: match n.store {
+            StoreSettings::Embedded(_) => "embedded",
+            StoreSettings::Etcd(_) => "etcd",
+        },
+    };
+    let st = status.stats.clone();
     std::thread::Builder::new()
         .name("naming".into())
-        .spawn(move || resolver_thread(n, cfg, sock, embedded, control))
+        .spawn(move || resolver_thread(n, cfg, sock, embedded, control, st))
         .context("starting the resolver thread")?;
-    Ok(())
+    Ok(Some(status))
 }
 
 fn resolver_thread(
@@ -410,6 +431,7 @@ fn resolver_thread(
     sock: std::net::UdpSocket,
     embedded: Option<EmbeddedStore>,
     control: std::path::PathBuf,
+    stats: SharedStats,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -429,12 +451,10 @@ fn resolver_thread(
         };
         let store = std::rc::Rc::new(store);
         let load = Arc::new(AtomicU32::new(0));
-        tokio::task::spawn_local(housekeeping(store.clone(), load.clone(), control));
-        let Ok(sock) = tokio::net::UdpSocket::from_std(sock) else {
-            return tracing::error!("resolver socket not usable");
-        };
+        let hk = housekeeping(store.clone(), load.clone(), control, stats.clone());
+        tokio::task::spawn_local(hk);
         tracing::info!(listen = %n.listen, "resolver running");
-        service::run(store, cfg, sock, load).await;
+        service::run(store, cfg, sock, load, stats).await;
     });
 }
 
@@ -450,16 +470,19 @@ async fn connect(eps: &[String]) -> EtcdStore {
     }
 }
 
-/// Once a second: the load from the control socket; now and then, expired records swept
-/// from an embedded store.
+/// Once a second: the load from the control socket, the store's counters (they change
+/// without requests too: the etcd watch); now and then, expired records swept from an
+/// embedded store.
 async fn housekeeping(
     store: std::rc::Rc<Store>,
     load: Arc<AtomicU32>,
     control: std::path::PathBuf,
+    stats: SharedStats,
 ) {
     let mut ticks = 0u64;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
+        stats.set_store(store.stats());
         if let Ok(v) = crate::status::fetch(&control) {
             let n = v["sessions"].as_array().map_or(0, |s| s.len());
             load.store(n as u32, Ordering::Relaxed);
@@ -471,4 +494,58 @@ async fn housekeeping(
             }
         }
     }
+}
+
+fn refusals_json(r: &RefusalCounts) -> serde_json::Value {
+    json!({
+        "total": r.total(),
+        "unsigned": r.unsigned,
+        "bad_signature": r.bad_signature,
+        "stale": r.stale,
+        "oversized": r.oversized,
+        "expired": r.expired,
+        "malformed": r.malformed,
+        "lease_too_long": r.lease_too_long,
+    })
+}
+
+/// The server's resolver as its status shows it.
+#[derive(Clone)]
+pub struct ResolverStatus {
+    stats: SharedStats,
+    store: &'static str,
+}
+
+impl ResolverStatus {
+    /// The resolver's part of the server's status document (`naming`).
+    pub fn json(&self) -> serde_json::Value {
+        let s = self.stats.snapshot();
+        server_status(&s, self.store)
+    }
+}
+
+fn server_status(s: &ServiceStats, store: &str) -> serde_json::Value {
+    let mut v = json!({
+        "store": store,
+        "lookups": s.lookups,
+        "server_lists": s.server_lists,
+        "publishes": s.publishes,
+        "not_found": s.not_found,
+        "unavailable": s.unavailable,
+        "dropped_busy": s.dropped_busy,
+        "refused": refusals_json(&s.store.refused),
+        "refused_in_store": refusals_json(&s.store.refused_in_store),
+    });
+    if let Some(c) = s.store.cache {
+        v["cache"] = json!({
+            "records": c.records,
+            "revision": c.revision,
+            "applied": c.applied,
+            "relists": c.relists,
+            "resumes": c.resumes,
+            "reads_waited": c.reads_waited,
+            "watch_up": s.store.feed_up.unwrap_or(false),
+        });
+    }
+    v
 }

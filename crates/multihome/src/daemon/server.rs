@@ -1,12 +1,14 @@
 //! `multihome server`: set-up of one UDP socket for all clients, a TUN device, routes to
 //! the peers' prefixes, NAT to the uplink and the `multihome_proto::Server` core, then
-//! [`super::driver::Driver`] runs them. The NAT rules and the kernel fast path's table
-//! ([`super::fastpath_server`], which is also the loop's watch) live exactly as long as the
-//! loop.
+//! [`super::driver::Driver`] runs them; a reload (SIGHUP, `multihome reload`) replaces the
+//! peers and the default policy (`super::reload`). The NAT rules and the kernel fast
+//! path's table ([`super::fastpath_server`], watched by the loop with the reloads) live
+//! exactly as long as the loop.
 
 use super::driver::{Driver, Services};
 use super::fastpath_server::ServerFastPath;
 use super::io::ListenBind;
+use super::reload::{ServerReloader, ServerWatch};
 use super::{block_on, register, setup_tun, shutdown_signal, Clock};
 use crate::config::{self, ConfigError, ServerSettings, Source};
 use crate::control::ControlSocket;
@@ -34,10 +36,14 @@ pub fn run(path: &Path) -> Result<()> {
             .into());
         }
     }
-    block_on(run_loop(s, key))
+    block_on(run_loop(path, s, key))
 }
 
-async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret) -> Result<()> {
+async fn run_loop(
+    path: &Path,
+    s: ServerSettings,
+    key: multihome_proto::crypto::StaticSecret,
+) -> Result<()> {
     let clock = Clock::new();
     let sock = register(
         LinkSocket::bind(None, s.listen).with_context(|| format!("listening on {}", s.listen))?,
@@ -52,13 +58,22 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         ),
         None => None,
     };
-    super::naming::serve(&s, &key)?;
-    let core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
+    let resolver = super::naming::serve(&s, &key)?;
+    let mut core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
+    let relays: Vec<_> = s.relays.iter().map(|r| r.spec()).collect();
+    // The config's validation made sure the list can be handed out.
+    anyhow::ensure!(
+        core.set_relays(&relays),
+        "the [[relay]] list cannot be handed out"
+    );
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
+        resolver,
+        live: Some(super::live("server", s.dashboard).await?),
+        ..Services::default()
     };
-    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), "server running");
+    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), relays = relays.len(), "server running");
     let mut bind = ListenBind::new(sock);
     if s.kernel_copies {
         // Same address, its own port: the fast path's rules match on the port.
@@ -67,9 +82,12 @@ async fn run_loop(s: ServerSettings, key: multihome_proto::crypto::StaticSecret)
         bind = bind.with_copy_socket(register(copy)?);
     }
     // Removes the fast path's table when dropped, at the end of this function.
-    let mut fast = ServerFastPath::start(s.kernel_copies, &bind)?;
-    let mut driver = Driver::new(core, tun, bind, clock);
-    driver.run(&services, &mut fast, shutdown_signal()).await?;
+    let mut watch = ServerWatch {
+        fast: ServerFastPath::start(s.kernel_copies, &bind)?,
+        reloader: ServerReloader::new(path, s.clone()),
+    };
+    let mut driver = Driver::new(core, tun, bind, clock).reload_on_hangup()?;
+    driver.run(&services, &mut watch, shutdown_signal()).await?;
     tracing::info!("shutting down (removing NAT)");
     Ok(())
 }
@@ -90,18 +108,22 @@ fn add_routes(s: &ServerSettings) -> Result<()> {
     Ok(())
 }
 
+/// The core's view of the configured peers.
+pub(super) fn peer_configs(s: &ServerSettings) -> Vec<PeerConfig> {
+    s.peers
+        .iter()
+        .map(|p| PeerConfig {
+            name: p.name.clone(),
+            public_key: p.public_key,
+            allowed_ips: p.allowed_ips.clone(),
+        })
+        .collect()
+}
+
 fn server_config(s: &ServerSettings, key: multihome_proto::crypto::StaticSecret) -> ServerConfig {
     ServerConfig {
         local_key: key,
-        peers: s
-            .peers
-            .iter()
-            .map(|p| PeerConfig {
-                name: p.name.clone(),
-                public_key: p.public_key,
-                allowed_ips: p.allowed_ips.clone(),
-            })
-            .collect(),
+        peers: peer_configs(s),
         session: SessionConfig {
             detect: s.detect,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,

@@ -20,7 +20,9 @@
 //! the write transaction, against records of the same batch too); nothing is acknowledged
 //! before its transaction committed.
 
-use super::{decode_local, key, prefix, read_local, Counter, RecordStore, StoreError};
+use super::{
+    decode_local, key, prefix, read_local, Counter, RecordReader, RecordStore, StoreError,
+};
 use crate::record::Kind;
 use crate::signed::{admit, supersedes, verify, RefusalCounts, SignedRecord};
 use multihome_proto::crypto::SessionId;
@@ -40,6 +42,7 @@ type Reply = oneshot::Sender<Result<SignedRecord, StoreError>>;
 /// Records in a redb file.
 pub struct EmbeddedStore {
     db: Arc<Database>,
+    reader: Arc<EmbeddedReader>,
     counter: Arc<Counter>,
     writer: Option<mpsc::Sender<(SignedRecord, Reply)>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -64,6 +67,7 @@ impl EmbeddedStore {
             .spawn(move || write_loop(&d, &c, &jobs))
             .map_err(backend)?;
         Ok(EmbeddedStore {
+            reader: Arc::new(EmbeddedReader { db: db.clone() }),
             db,
             counter,
             writer: Some(writer),
@@ -155,7 +159,23 @@ impl RecordStore for EmbeddedStore {
         rx.await.map_err(|_| closed())?
     }
 
-    async fn get(
+    fn reader(&self) -> Arc<dyn RecordReader> {
+        self.reader.clone()
+    }
+
+    fn refusals(&self) -> RefusalCounts {
+        self.counter.get()
+    }
+}
+
+/// Reads of the file: each a read transaction on a snapshot, which redb gives without
+/// waiting for the writer.
+pub struct EmbeddedReader {
+    db: Arc<Database>,
+}
+
+impl RecordReader for EmbeddedReader {
+    fn get(
         &self,
         kind: Kind,
         name: SessionId,
@@ -167,7 +187,7 @@ impl RecordStore for EmbeddedStore {
         Ok(v.and_then(|v| read_local(v.value(), kind, Some(name), now_ms)))
     }
 
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
+    fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
         let tx = self.db.begin_read().map_err(backend)?;
         let t = tx.open_table(RECORDS).map_err(backend)?;
         let p = prefix(kind);
@@ -180,9 +200,5 @@ impl RecordStore for EmbeddedStore {
             out.extend(read_local(v.value(), kind, None, now_ms));
         }
         Ok(out)
-    }
-
-    fn refusals(&self) -> RefusalCounts {
-        self.counter.get()
     }
 }

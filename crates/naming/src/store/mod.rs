@@ -4,15 +4,22 @@
 //! Both implementations admit every record (`signed::admit`) before storing it, replace a
 //! stored record only with a higher sequence number (`signed::supersedes`, checked inside
 //! the store's own transaction, so two servers racing cannot store an older record last),
-//! decode what they read again (etcd, which other servers write too, also re-verifies
-//! signatures) and never return an expired record: a dead attachment vanishes when its
-//! lease ends, and `sweep` (embedded) or the etcd lease removes it from the database.
+//! and never return an expired record: a dead attachment vanishes when its lease ends, and
+//! `sweep` (embedded) or the etcd lease removes it from the database.
+//!
+//! What a read sees: a record put through a handle is found through that handle as soon
+//! as the put returned. Through another handle on the same records (another server on the
+//! same etcd cluster) it is found once that handle's copy caught up — etcd reads come from
+//! a cache the cluster's watch keeps current (`etcd.rs`, `crate::cache`), milliseconds
+//! behind. The embedded store has one handle per file, so it is found at once.
 //!
 //! The same test suite runs against both (`tests/stores.rs`).
 
 pub mod embedded;
 pub mod etcd;
+mod etcd_feed;
 
+use crate::cache::CacheStats;
 use crate::record::Kind;
 use crate::signed::{Refusal, RefusalCounts, SignedRecord};
 use multihome_proto::crypto::SessionId;
@@ -33,6 +40,21 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// Reads of a store, answered at once from any thread: never a round trip, never behind a
+/// write (embedded: a snapshot of the file; etcd: the watched copy). The resolver answers
+/// lookups with one on a thread of their own (`service.rs`).
+pub trait RecordReader: Send + Sync {
+    /// The live record of `kind` named `name` at `now_ms`.
+    fn get(
+        &self,
+        kind: Kind,
+        name: SessionId,
+        now_ms: u64,
+    ) -> Result<Option<SignedRecord>, StoreError>;
+    /// Every live record of `kind` at `now_ms`.
+    fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError>;
+}
+
 /// Records by kind and name.
 ///
 /// `async fn` in a public trait gives futures without a `Send` bound; every caller here
@@ -41,17 +63,44 @@ pub enum StoreError {
 pub trait RecordStore {
     /// Admits `bytes` at `now_ms` (Unix ms) and stores it if it supersedes the stored one.
     async fn put(&self, bytes: &[u8], now_ms: u64) -> Result<SignedRecord, StoreError>;
-    /// The live record of `kind` named `name`.
+    /// The store's reader (shared: every call gives the same one).
+    fn reader(&self) -> std::sync::Arc<dyn RecordReader>;
+    /// The live record of `kind` named `name` (the reader's answer).
     async fn get(
         &self,
         kind: Kind,
         name: SessionId,
         now_ms: u64,
-    ) -> Result<Option<SignedRecord>, StoreError>;
-    /// Every live record of `kind`.
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError>;
-    /// Refusals so far, by reason.
+    ) -> Result<Option<SignedRecord>, StoreError> {
+        self.reader().get(kind, name, now_ms)
+    }
+    /// Every live record of `kind` (the reader's answer).
+    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
+        self.reader().list(kind, now_ms)
+    }
+    /// Records refused when put, so far, by reason.
     fn refusals(&self) -> RefusalCounts;
+    /// What status shows of the store.
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            refused: self.refusals(),
+            ..StoreStats::default()
+        }
+    }
+}
+
+/// A store's counters for status and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Records refused when put (publishes), by reason.
+    pub refused: RefusalCounts,
+    /// Records found in a shared store that fail its checks (written there by someone
+    /// else: forged, replayed, misplaced), by reason; never served.
+    pub refused_in_store: RefusalCounts,
+    /// The watched copy's counters (etcd).
+    pub cache: Option<CacheStats>,
+    /// Is the watch open (etcd)?
+    pub feed_up: Option<bool>,
 }
 
 /// The database key of a record: `mh/1/<i|s>/<32 hex digits>`.
@@ -89,17 +138,6 @@ impl Counter {
     }
 }
 
-/// A stored value read back: verified, of the asked name and kind, and live.
-pub(crate) fn read_back(
-    bytes: &[u8],
-    kind: Kind,
-    name: Option<SessionId>,
-    now_ms: u64,
-) -> Option<SignedRecord> {
-    let s = crate::signed::admit(bytes, now_ms).ok()?;
-    (s.kind() == kind && name.is_none_or(|n| s.name() == n)).then_some(s)
-}
-
 /// A stored value of a file only this store writes (after admission): decoded and checked
 /// for name, kind and lease, without verifying the signature again (half a lookup's CPU).
 pub(crate) fn read_local(
@@ -135,22 +173,10 @@ impl RecordStore for Store {
         }
     }
 
-    async fn get(
-        &self,
-        kind: Kind,
-        name: SessionId,
-        now_ms: u64,
-    ) -> Result<Option<SignedRecord>, StoreError> {
+    fn reader(&self) -> std::sync::Arc<dyn RecordReader> {
         match self {
-            Store::Embedded(s) => s.get(kind, name, now_ms).await,
-            Store::Etcd(s) => s.get(kind, name, now_ms).await,
-        }
-    }
-
-    async fn list(&self, kind: Kind, now_ms: u64) -> Result<Vec<SignedRecord>, StoreError> {
-        match self {
-            Store::Embedded(s) => s.list(kind, now_ms).await,
-            Store::Etcd(s) => s.list(kind, now_ms).await,
+            Store::Embedded(s) => s.reader(),
+            Store::Etcd(s) => s.reader(),
         }
     }
 
@@ -158,6 +184,13 @@ impl RecordStore for Store {
         match self {
             Store::Embedded(s) => s.refusals(),
             Store::Etcd(s) => s.refusals(),
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        match self {
+            Store::Embedded(s) => s.stats(),
+            Store::Etcd(s) => s.stats(),
         }
     }
 }

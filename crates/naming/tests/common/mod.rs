@@ -84,6 +84,11 @@ impl EtcdCluster {
             .collect()
     }
 
+    /// Member `i`'s PID (`ip netns exec` execs etcd in place), while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].as_ref().map(|c| c.id())
+    }
+
     /// Kills member `i` (SIGKILL by its PID; `ip netns exec` execs etcd in place).
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].take() {

@@ -12,7 +12,9 @@ mod suite;
 
 pub use aead::{OpenKey, SealKey};
 pub use keys::{PublicKey, SessionId, StaticSecret};
-pub use noise::{Initiator, Responder, TransportKeys, INIT_FLAG_FRESH, RESP_FLAG_NEW_SESSION};
+pub use noise::{
+    Initiator, Responder, TransportKeys, INIT_FLAG_FRESH, INIT_FLAG_RELAYS, RESP_FLAG_NEW_SESSION,
+};
 pub use suite::{CipherSet, DataCipher};
 
 /// Length of the tag appended to every sealed payload (16 bytes for either data cipher).

@@ -33,6 +33,10 @@ pub const RESP_FLAG_NEW_SESSION: u8 = 0x01;
 /// Init flag: the client starts a new session (it has no state from before), so the
 /// server must replace any session it holds for this key instead of rekeying it.
 pub const INIT_FLAG_FRESH: u8 = 0x01;
+/// Init flag: the client takes the relay lists a server hands out (RELAYS frames,
+/// docs/PROTOCOL.md §15.7); a server sends none to a client without it, so a client that
+/// does not know the frame never receives one.
+pub const INIT_FLAG_RELAYS: u8 = 0x02;
 
 /// The keys a finished handshake yields, one per direction.
 pub struct TransportKeys {

@@ -28,6 +28,10 @@
 //! when useless) before it is tried again; another candidate takes its place.
 //! [`DetourManager::release_all`] releases every detour (shutdown).
 //!
+//! Relays come from the client's config and from the server's list
+//! ([`DetourManager::set_server_relays`]); a relay the server stops listing leaves
+//! gracefully (`manager_relays.rs`).
+//!
 //! Invariants: at most `detours` candidates hold a path; a slot `PathId` is held by one
 //! candidate at a time, and slots are in `first_slot .. MAX_PATHS`; deterministic (time is
 //! injected, randomness is the seed); re-evaluation happens at every `handle_timeout`, at
@@ -38,9 +42,14 @@ pub use super::manager_types::*;
 use super::wire::{Request, Status};
 use crate::path::{PathId, PathState};
 use crate::Instant;
+use relays::Origin;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
+
+#[path = "manager_relays.rs"]
+mod relays;
+
 /// A link the manager may detour.
 #[derive(Debug, Clone)]
 struct Link {
@@ -97,10 +106,26 @@ struct Candidate {
     probed_at: Option<Instant>,
 }
 
+impl Candidate {
+    /// Link `link` × relay `relay`, nothing asked or known yet.
+    fn new(link: usize, relay: usize) -> Self {
+        Candidate {
+            link,
+            relay,
+            state: State::Idle,
+            rtt: None,
+            rtt_from_path: false,
+            probed_at: None,
+        }
+    }
+}
+
 /// The path manager (see the module docs).
 pub struct DetourManager {
     cfg: ManagerConfig,
     relays: Vec<RelaySpec>,
+    /// Per relay (as `relays`): where it came from, whether it is leaving.
+    origins: Vec<Origin>,
     clients: Vec<DetourClient>,
     links: Vec<Link>,
     cands: Vec<Candidate>,
@@ -113,26 +138,19 @@ pub struct DetourManager {
     actions: VecDeque<Action>,
     counters: ManagerCounters,
     last_tick: Option<Instant>,
+    /// Seeds the relays' request clients (one derived per relay added).
+    seed: [u8; 32],
+    spawned: u32,
 }
 
 impl DetourManager {
     /// A manager for `relays`; links are added with [`DetourManager::add_link`].
     pub fn new(cfg: ManagerConfig, relays: Vec<RelaySpec>, seed: [u8; 32]) -> Self {
-        let clients = relays
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let mut s = seed;
-                s[31] ^= i as u8;
-                s[30] ^= 0x5a;
-                let cc = ClientConfig::new(cfg.local_key.clone(), r.key, cfg.wall_origin_us);
-                DetourClient::new(cc, s)
-            })
-            .collect();
-        DetourManager {
+        let mut m = DetourManager {
             cfg,
-            relays,
-            clients,
+            relays: Vec::new(),
+            origins: Vec::new(),
+            clients: Vec::new(),
             links: Vec::new(),
             cands: Vec::new(),
             asks: HashMap::new(),
@@ -141,44 +159,27 @@ impl DetourManager {
             actions: VecDeque::new(),
             counters: ManagerCounters::default(),
             last_tick: None,
-        }
-    }
-
-    /// Adds a link (path `id`, the server's address over it); its candidates start idle.
-    pub fn add_link(&mut self, id: PathId, name: &str, server: SocketAddr) {
-        let li = self.links.len();
-        self.links.push(Link {
-            id,
-            name: name.to_string(),
-            server,
-            up: true,
-            alone_rate: 0.0,
-        });
-        for ri in 0..self.relays.len() {
-            self.cands.push(Candidate {
-                link: li,
-                relay: ri,
-                state: State::Idle,
-                rtt: None,
-                rtt_from_path: false,
-                probed_at: None,
-            });
-        }
-    }
-
-    /// The link's interface went up or down; a down link's detours are retired at once.
-    pub fn set_link_up(&mut self, now: Instant, id: PathId, up: bool) {
-        let Some(li) = self.links.iter().position(|l| l.id == id) else {
-            return;
+            seed,
+            spawned: 0,
         };
-        self.links[li].up = up;
-        if !up {
-            for c in 0..self.cands.len() {
-                if self.cands[c].link == li {
-                    self.retire(now, c, Duration::ZERO);
-                }
-            }
+        for r in relays {
+            m.push_relay(r, RelaySource::Config);
         }
+        m
+    }
+
+    /// A request client for relay `key`, seeded afresh.
+    fn new_client(&mut self, key: crate::crypto::PublicKey) -> DetourClient {
+        let mut s = self.seed;
+        s[31] ^= self.spawned as u8;
+        s[30] ^= 0x5a;
+        s[29] ^= (self.spawned >> 8) as u8;
+        self.spawned += 1;
+        let cfg = &self.cfg;
+        DetourClient::new(
+            ClientConfig::new(cfg.local_key.clone(), key, cfg.wall_origin_us),
+            s,
+        )
     }
 
     fn request(&mut self, now: Instant, c: usize, release: bool) -> Option<RequestId> {
@@ -425,6 +426,7 @@ impl DetourManager {
             }
         }
         self.decide(now);
+        self.forget_left();
         self.last_tick = Some(now);
     }
 
@@ -452,7 +454,8 @@ impl DetourManager {
             let due = self.cands[c]
                 .probed_at
                 .is_none_or(|t| now.saturating_since(t) >= self.cfg.reprobe);
-            if self.cands[c].state == State::Idle && due && self.links[self.cands[c].link].up {
+            let k = &self.cands[c];
+            if k.state == State::Idle && due && self.links[k.link].up && !self.leaving(k.relay) {
                 self.ask(now, c, false);
             }
         }
@@ -474,6 +477,7 @@ impl DetourManager {
             }
         }
         self.maybe_swap(now);
+        self.retire_left(now);
         for c in 0..self.cands.len() {
             if matches!(self.cands[c].state, State::Held { .. }) {
                 self.retire(now, c, Duration::ZERO);
@@ -495,11 +499,12 @@ impl DetourManager {
 
     /// Candidates holding or asking for a path.
     fn in_use(&self) -> usize {
+        // Paths through a leaving relay are on their way out: others take their place.
         let using = |c: &Candidate| {
             matches!(
                 c.state,
                 State::Active(_) | State::Asking { activate: true, .. }
-            )
+            ) && !self.leaving(c.relay)
         };
         self.cands.iter().filter(|c| using(c)).count()
     }
@@ -510,6 +515,7 @@ impl DetourManager {
             .filter(|&c| {
                 let k = &self.cands[c];
                 self.links[k.link].up
+                    && !self.leaving(k.relay)
                     && k.rtt.is_some()
                     && matches!(k.state, State::Held { .. } | State::Idle)
             })
@@ -520,7 +526,7 @@ impl DetourManager {
     fn maybe_swap(&mut self, now: Instant) {
         let Some(b) = self.best_waiting() else { return };
         let worst = (0..self.cands.len())
-            .filter(|&c| active(&self.cands[c]).is_some())
+            .filter(|&c| active(&self.cands[c]).is_some() && !self.leaving(self.cands[c].relay))
             .max_by_key(|&c| (self.cands[c].rtt, c));
         let Some(w) = worst else { return };
         let (Some(rb), Some(rw)) = (self.cands[b].rtt, self.cands[w].rtt) else {
@@ -570,31 +576,6 @@ impl DetourManager {
             .filter_map(|c| c.poll_timeout())
             .chain([tick])
             .min()
-    }
-
-    /// Every candidate, for status.
-    pub fn status(&self) -> Vec<CandidateStatus> {
-        self.cands
-            .iter()
-            .map(|c| {
-                let (state, path, port) = match c.state {
-                    State::Idle => ("idle", None, None),
-                    State::Asking { .. } => ("asking", None, None),
-                    State::Held { port, .. } => ("held", None, Some(port)),
-                    State::Active(a) => ("active", Some(a.slot), Some(a.port)),
-                    State::Backoff { .. } => ("backoff", None, None),
-                };
-                CandidateStatus {
-                    link: self.links[c.link].name.clone(),
-                    relay: self.relays[c.relay].name.clone(),
-                    state,
-                    path,
-                    rtt: c.rtt,
-                    rtt_from_path: c.rtt_from_path,
-                    relay_port: port,
-                }
-            })
-            .collect()
     }
 
     /// Counters.

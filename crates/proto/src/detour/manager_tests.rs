@@ -43,17 +43,32 @@ struct Sim {
     obs: BTreeMap<PathId, PathObs>,
 }
 
+/// Relay `r` as the client knows it.
+fn spec(r: usize) -> RelaySpec {
+    RelaySpec {
+        name: format!("r{r}"),
+        address: relay_addr(r),
+        key: relay_key(r).public_key(),
+        mode: Mode::Nat,
+    }
+}
+
 impl Sim {
     /// `links` links × `delays.len()` relays; `delays[r][l]` is the one-way delay in ms.
     fn new(links: u8, delays: &[&[u64]], n: usize, lifetime: Duration) -> Sim {
-        let specs = (0..delays.len())
-            .map(|r| RelaySpec {
-                name: format!("r{r}"),
-                address: relay_addr(r),
-                key: relay_key(r).public_key(),
-                mode: Mode::Nat,
-            })
-            .collect();
+        Sim::configured(links, delays, n, lifetime, delays.len())
+    }
+
+    /// As `new`, with only the first `configured` relays in the client's config (the others
+    /// run, for the server to hand out).
+    fn configured(
+        links: u8,
+        delays: &[&[u64]],
+        n: usize,
+        lifetime: Duration,
+        configured: usize,
+    ) -> Sim {
+        let specs = (0..configured).map(spec).collect();
         let cfg = ManagerConfig::new(client_key(), 1_700_000_000_000_000, n, links);
         let mut m = DetourManager::new(cfg, specs, [3; 32]);
         for l in 0..links {
@@ -323,3 +338,6 @@ fn deterministic() {
     };
     assert_eq!(run(), run());
 }
+
+#[path = "manager_relays_tests.rs"]
+mod relays;

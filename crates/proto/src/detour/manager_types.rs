@@ -12,7 +12,7 @@ use std::time::Duration;
 pub const TICK: Duration = Duration::from_millis(500);
 
 /// A relay the client may use.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelaySpec {
     /// Name for status and path names ("LINK via RELAY").
     pub name: String,
@@ -51,11 +51,15 @@ pub struct ManagerConfig {
     pub min_hold: Duration,
     /// Waiting candidates are probed again this often.
     pub reprobe: Duration,
+    /// A relay the server stopped listing keeps its paths at most this long (until others
+    /// replace them).
+    pub leave_after: Duration,
 }
 
 impl ManagerConfig {
     /// Defaults: detours found in 1 s, dead after 10 s Down, retried after 60 s, useless
-    /// after 10 s below +10 % (retried after 10 min), swaps after 30 s, reprobes every 5 min.
+    /// after 10 s below +10 % (retried after 10 min), swaps after 30 s, reprobes every 5 min,
+    /// paths through a relay the server no longer lists kept at most 10 s.
     pub fn new(local_key: StaticSecret, wall_origin_us: u64, detours: usize, links: u8) -> Self {
         ManagerConfig {
             local_key,
@@ -70,6 +74,7 @@ impl ManagerConfig {
             useless_backoff: Duration::from_secs(600),
             min_hold: Duration::from_secs(30),
             reprobe: Duration::from_secs(300),
+            leave_after: Duration::from_secs(10),
         }
     }
 }
@@ -121,6 +126,36 @@ pub struct PathObs {
     pub busy: bool,
 }
 
+/// Where a relay came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelaySource {
+    /// The client's own `[[relay]]`.
+    Config,
+    /// The server's list (docs/PROTOCOL.md §15.7).
+    Server,
+}
+
+impl RelaySource {
+    /// `config` or `server`, as `status` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RelaySource::Config => "config",
+            RelaySource::Server => "server",
+        }
+    }
+}
+
+/// One relay as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayListing {
+    /// The relay.
+    pub spec: RelaySpec,
+    /// Where it came from.
+    pub source: RelaySource,
+    /// The server no longer lists it: its paths go once replaced.
+    pub leaving: bool,
+}
+
 /// One candidate as `status` shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CandidateStatus {
@@ -128,6 +163,8 @@ pub struct CandidateStatus {
     pub link: String,
     /// Relay name.
     pub relay: String,
+    /// Where the relay came from.
+    pub source: RelaySource,
     /// idle / asking / held / active / backoff.
     pub state: &'static str,
     /// The path id while active.

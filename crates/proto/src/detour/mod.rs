@@ -18,12 +18,12 @@ mod manager_types;
 mod mptcp;
 mod mptcp_types;
 mod relay;
-mod wire;
+pub(crate) mod wire;
 
 pub use client::{ClientConfig, ClientCounters, ClientEvent, DetourClient, RequestId, MAX_PENDING};
 pub use manager::{
     Action as ManagerAction, CandidateStatus, DetourManager, ManagerConfig, ManagerCounters,
-    PathObs, RelaySpec, Transmit as ManagerTransmit, TICK,
+    PathObs, RelayListing, RelaySource, RelaySpec, Transmit as ManagerTransmit, TICK,
 };
 pub use mptcp::{
     DetourId, DetourStatus, MptcpAction, MptcpConfig, MptcpCounters, MptcpManager, RelayStatus,

@@ -62,7 +62,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn from_byte(b: u8) -> Result<Mode, DetourError> {
+    pub(crate) fn from_byte(b: u8) -> Result<Mode, DetourError> {
         match b {
             1 => Ok(Mode::Nat),
             2 => Ok(Mode::Tunnel),
@@ -190,7 +190,7 @@ pub fn emit_header(out: &mut [u8], kind: u8, request_id: u32) {
 }
 
 /// Writes family, port and a 16-byte address field: `family u8 | reserved | port u16 | addr`.
-fn emit_addr(out: &mut [u8; 20], a: SocketAddr) {
+pub(crate) fn emit_addr(out: &mut [u8; 20], a: SocketAddr) {
     out.fill(0);
     out[0] = if a.is_ipv4() { 4 } else { 6 };
     out[2..4].copy_from_slice(&a.port().to_be_bytes());
@@ -200,7 +200,7 @@ fn emit_addr(out: &mut [u8; 20], a: SocketAddr) {
     }
 }
 
-fn parse_addr(b: &[u8; 20]) -> Result<SocketAddr, DetourError> {
+pub(crate) fn parse_addr(b: &[u8; 20]) -> Result<SocketAddr, DetourError> {
     if b[1] != 0 {
         return Err(DetourError::Malformed("reserved byte not zero"));
     }

@@ -10,9 +10,10 @@
 use super::datagram::Datagram;
 use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
 use crate::crypto::{
-    CipherSet, CryptoError, Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH,
+    CipherSet, CryptoError, Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH, INIT_FLAG_RELAYS,
     RESP_FLAG_NEW_SESSION,
 };
+use crate::detour::RelaySpec;
 use crate::path::{PathId, PathState};
 use crate::policy::Classifier;
 use crate::session::{Event, Keypair, Session, SessionConfig, Side, Transmit};
@@ -67,6 +68,8 @@ pub struct Client {
     rng: ChaCha20Rng,
     pending: Option<Pending>,
     fresh: bool,
+    /// Relay lists from the server are taken (`accept_relays`).
+    relays: bool,
     established: bool,
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
     counters: EndpointCounters,
@@ -96,6 +99,7 @@ impl Client {
             rng: ChaCha20Rng::from_seed(seed),
             pending: None,
             fresh: true,
+            relays: false,
             established: false,
             handshake_out: VecDeque::new(),
             counters: EndpointCounters::default(),
@@ -134,6 +138,31 @@ impl Client {
             l.available = available;
         }
         self.session.set_path_available(now, id, available);
+    }
+
+    /// Replaces the flow classification rules (a configuration reload): packets read from
+    /// now on are classified by them, and they are stated to the server under a new epoch
+    /// (`session/stated.rs`), which then applies them to the downlink. Nothing else of the
+    /// session changes. False (and nothing replaced) if they cannot be stated (more than
+    /// `MAX_STATED_RULES` rules; the config refuses that).
+    pub fn set_classifier(&mut self, classifier: Classifier) -> bool {
+        if !self.session.state_policy(&classifier) {
+            return false;
+        }
+        self.cfg.classifier = classifier;
+        true
+    }
+
+    /// Takes the relay lists the server hands out (docs/PROTOCOL.md §15.7): every
+    /// handshake from now on says so, and the session applies them (`take_server_relays`).
+    pub fn accept_relays(&mut self) {
+        self.relays = true;
+        self.session.accept_relays();
+    }
+
+    /// The server's newest relay list, once, when it changed (see `accept_relays`).
+    pub fn take_server_relays(&mut self) -> Option<Vec<RelaySpec>> {
+        self.session.take_relays()
     }
 
     /// Links.
@@ -229,6 +258,9 @@ impl Client {
         );
         self.session.adopt_held(&mut old);
         self.session.state_policy(&self.cfg.classifier);
+        if self.relays {
+            self.session.accept_relays();
+        }
         for l in &self.links {
             self.session.ensure_path(now, l.id, l.remote);
             self.session.set_path_available(now, l.id, l.available);
@@ -246,7 +278,8 @@ impl Client {
         let sender_index = self.rng.next_u32();
         let mut msg = vec![0u8; HANDSHAKE_INIT_LEN];
         let ts = self.cfg.epoch_us + now.as_micros();
-        let flags = if self.fresh { INIT_FLAG_FRESH } else { 0 };
+        let flags = if self.fresh { INIT_FLAG_FRESH } else { 0 }
+            | if self.relays { INIT_FLAG_RELAYS } else { 0 };
         if initiator
             .write_init(ts, flags, self.cfg.ciphers, &mut msg[8..])
             .is_err()

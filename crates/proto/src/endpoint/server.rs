@@ -22,9 +22,10 @@ mod index;
 use super::datagram::Datagram;
 use super::EndpointCounters;
 use crate::crypto::{
-    CipherSet, CryptoError, PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH,
+    CipherSet, CryptoError, PublicKey, Responder, StaticSecret, INIT_FLAG_FRESH, INIT_FLAG_RELAYS,
     RESP_FLAG_NEW_SESSION,
 };
+use crate::detour::RelaySpec;
 use crate::path::PathId;
 use crate::policy::Policy;
 use crate::session::{Event, Keypair, SealedData, Session, SessionConfig, Side, Transmit};
@@ -71,6 +72,17 @@ struct Peer {
     cfg: PeerConfig,
     last_timestamp: u64,
     session: Option<Session>,
+    /// Its latest handshake said it takes relay lists (`INIT_FLAG_RELAYS`).
+    takes_relays: bool,
+}
+
+/// The relays handed to clients (docs/PROTOCOL.md §15.7), encoded once.
+struct Handed {
+    /// +1 per change; every client that takes lists gets the newest.
+    epoch: u32,
+    list: Vec<RelaySpec>,
+    count: u8,
+    encoded: Vec<u8>,
 }
 
 /// A peer's state for `status`.
@@ -102,6 +114,7 @@ pub struct Server {
     next_tx_peer: usize,
     next_rx_peer: usize,
     events: VecDeque<(usize, Event)>,
+    relays: Handed,
 }
 
 impl Server {
@@ -122,13 +135,10 @@ impl Server {
                 cfg: p.clone(),
                 last_timestamp: 0,
                 session: None,
+                takes_relays: false,
             })
             .collect();
-        // The first peer listed with a key is the one a handshake finds (as a scan would).
-        let mut by_key = HashMap::new();
-        for (i, p) in cfg.peers.iter().enumerate() {
-            by_key.entry(p.public_key).or_insert(i);
-        }
+        let by_key = key_index(&cfg.peers);
         Server {
             routes: Routes::new(&cfg.peers),
             timers: RefCell::new(Timers::new(peers.len())),
@@ -145,7 +155,108 @@ impl Server {
             next_tx_peer: 0,
             next_rx_peer: 0,
             events: VecDeque::new(),
+            // Even an empty list is handed out: it retires what a client got from before.
+            relays: Handed {
+                epoch: 1,
+                list: Vec::new(),
+                count: 0,
+                encoded: Vec::new(),
+            },
         }
+    }
+
+    /// Replaces the peer list (a configuration reload). A peer whose key is listed again
+    /// keeps its session, keys and handshake timestamp — its connections go on — under its
+    /// new name and `allowed_ips`; a peer whose key is gone loses its session at once (its
+    /// datagrams count as `rx_unknown_index`, its prefixes have no route); a new key may
+    /// handshake from now on. Per-packet state is rebuilt for the new numbering: routes,
+    /// key and receiver-index lookups, deadlines (all recomputed at the next
+    /// `poll_timeout`) and the ready sets (every session polled once more).
+    pub fn set_peers(&mut self, peers: Vec<PeerConfig>) {
+        let mut old: Vec<Option<Peer>> = std::mem::take(&mut self.peers)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut renumber = vec![None; old.len()];
+        for cfg in &peers {
+            let kept = self.by_key.get(&cfg.public_key).and_then(|&i| {
+                let p = old[i].take()?;
+                renumber[i] = Some(self.peers.len());
+                Some(p)
+            });
+            self.peers.push(match kept {
+                Some(p) => Peer {
+                    cfg: cfg.clone(),
+                    ..p
+                },
+                None => Peer {
+                    cfg: cfg.clone(),
+                    last_timestamp: 0,
+                    session: None,
+                    takes_relays: false,
+                },
+            });
+        }
+        let n = self.peers.len();
+        self.by_index.retain(|_, pi| match renumber[*pi] {
+            Some(new) => {
+                *pi = new;
+                true
+            }
+            None => false,
+        });
+        self.events.retain_mut(|(pi, _)| match renumber[*pi] {
+            Some(new) => {
+                *pi = new;
+                true
+            }
+            None => false,
+        });
+        self.by_key = key_index(&peers);
+        self.routes = Routes::new(&peers);
+        self.cfg.peers = peers;
+        let mut timers = Timers::new(n);
+        (self.tx_ready, self.rx_ready) = (PeerSet::new(n), PeerSet::new(n));
+        for i in 0..n {
+            timers.touch(i);
+            self.tx_ready.insert(i);
+            self.rx_ready.insert(i);
+        }
+        self.timers = RefCell::new(timers);
+        (self.next_tx_peer, self.next_rx_peer) = (0, 0);
+    }
+
+    /// Replaces the policy of downstream flows the client has not used yet (a reload).
+    pub fn set_default_policy(&mut self, policy: Policy) {
+        self.cfg.default_policy = policy;
+    }
+
+    /// Hands `list` to every client that takes relay lists, now and at its next handshakes
+    /// (a new epoch). False, and nothing changes, if it cannot be handed out
+    /// (`wire::relays::encode`: at most 8 relays, distinct names and addresses, ...).
+    pub fn set_relays(&mut self, list: &[RelaySpec]) -> bool {
+        let Some((count, encoded)) = crate::wire::relays::encode(list) else {
+            return false;
+        };
+        self.relays = Handed {
+            epoch: self.relays.epoch.wrapping_add(1).max(1),
+            list: list.to_vec(),
+            count,
+            encoded,
+        };
+        for pi in 0..self.peers.len() {
+            let p = &mut self.peers[pi];
+            if let Some(s) = p.session.as_mut().filter(|_| p.takes_relays) {
+                s.offer_relays(self.relays.epoch, count, &self.relays.encoded);
+                self.touched(pi);
+            }
+        }
+        true
+    }
+
+    /// The relays handed out and their epoch.
+    pub fn relays(&self) -> (u32, &[RelaySpec]) {
+        (self.relays.epoch, &self.relays.list)
     }
 
     /// Refusal counters.
@@ -211,6 +322,7 @@ impl Server {
             return;
         }
         let fresh = resp.flags() & INIT_FLAG_FRESH != 0;
+        let takes_relays = resp.flags() & INIT_FLAG_RELAYS != 0;
         let timestamp = resp.timestamp_us();
         let (client_index, path) = (p.index(), PathId(p.path()));
         let mut local_index = self.rng.next_u32();
@@ -254,6 +366,11 @@ impl Server {
             }
         }
         let s = peer.session.as_mut().expect("installed above");
+        peer.takes_relays = takes_relays;
+        if takes_relays {
+            let r = &self.relays;
+            s.offer_relays(r.epoch, r.count, &r.encoded);
+        }
         s.ensure_path(now, path, from);
         // A handshake proves the client's address too (it may have moved while away).
         if s.follow_path(path, from) {
@@ -402,4 +519,14 @@ impl Server {
         let (pi, e) = self.events.pop_front()?;
         Some((self.peers[pi].cfg.name.as_str(), e))
     }
+}
+
+/// Key to peer: the first peer listed with a key is the one a handshake finds (as a scan
+/// would).
+fn key_index(peers: &[PeerConfig]) -> HashMap<PublicKey, usize> {
+    let mut by_key = HashMap::new();
+    for (i, p) in peers.iter().enumerate() {
+        by_key.entry(p.public_key).or_insert(i);
+    }
+    by_key
 }

@@ -24,6 +24,7 @@ mod keyring;
 mod realtime_rx;
 mod recv;
 mod reinject;
+mod relays;
 mod schedule;
 mod stated;
 mod store;
@@ -31,6 +32,7 @@ mod transmit;
 
 pub use keyring::{Keypair, Keyring, Slot};
 pub use recv::SealedData;
+pub use relays::RelaysStats;
 pub use stated::StatedStats;
 pub use store::HoldStats;
 pub use transmit::Transmit;
@@ -243,6 +245,8 @@ pub struct Session {
     store: store::Store,
     /// The client's stated downlink policy (`stated.rs`).
     stated: stated::Stated,
+    /// The relays the server hands the client (`relays.rs`).
+    relays: relays::Relays,
 }
 
 struct PathSlot {
@@ -300,12 +304,18 @@ impl Session {
             fec_rx: crate::fec::Decoder::default(),
             store: store::Store::default(),
             stated: stated::Stated::default(),
+            relays: relays::Relays::default(),
         }
     }
 
     /// The session identity.
     pub fn id(&self) -> SessionId {
         self.id
+    }
+
+    /// The configuration it was made with (bounds shown by `status`).
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
     }
 
     /// Counters (the hold's gauges as of now).
@@ -452,6 +462,7 @@ impl Session {
         take(self.pacing_deadline());
         take(self.fec_tx.deadline());
         take(self.store_deadline());
+        take(self.relays_deadline());
         t
     }
 
@@ -500,6 +511,7 @@ impl Session {
         self.keys.expire_previous(now, Duration::from_secs(30));
         self.release_idle_buffers(now);
         self.expire_held(now);
+        self.relays_timeout(now);
     }
 
     /// After path `id` changed to `state`: a failing path's data is reinjected on the

@@ -255,6 +255,9 @@ impl Session {
             // (`stated.rs`), and the answer to a statement rides in the next one back.
             Frame::Policy(f) => self.on_policy(&f),
             Frame::PolicyAck(epoch) => self.on_policy_ack(epoch),
+            // Likewise the relay list and its acknowledgement (`relays.rs`).
+            Frame::Relays(f) => self.on_relays(&f),
+            Frame::RelaysAck(epoch) => self.on_relays_ack(epoch),
         }
     }
 

@@ -134,9 +134,12 @@ impl Session {
         .ok()?;
         let room = frames_room.saturating_sub(plan.frame_len);
         let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
-        // The stated policy and its acknowledgement ride where there is room.
+        // The stated policy, the relay list and their acknowledgements ride where there is
+        // room.
         let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
         self.write_stated(now, &mut w, left)?;
+        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
+        self.write_relays(now, &mut w, left)?;
         match job {
             Job::Data {
                 seq,

@@ -24,6 +24,7 @@
 //!               `index` (0..m) of a Reed-Solomon block over the k realtime packets
 //!               `first_seq + seq_delta` (`fec/`), each sent `ago_ms` before this datagram
 //! POLICY (0x0A), POLICY_ACK (0x0B): the client's stated policy (`stated.rs`)
+//! RELAYS (0x0C), RELAYS_ACK (0x0D): the relays the server hands the client (`relays.rs`)
 //! ```
 //! `path_seq` numbers datagrams per path and direction (for RTT, loss and delivery-rate
 //! feedback); `data_seq` numbers IP packets per session and direction, shared by all
@@ -246,6 +247,10 @@ pub enum Frame<'a> {
     Policy(super::stated::PolicyFrame<'a>),
     /// The server applies the statement of this epoch.
     PolicyAck(u32),
+    /// The relays the server hands the client (`wire/relays.rs`).
+    Relays(super::relays::RelaysFrame<'a>),
+    /// The client applies the relay list of this epoch.
+    RelaysAck(u32),
 }
 
 /// Iterates over the frames of a decrypted payload.
@@ -336,6 +341,11 @@ impl<'a> FrameReader<'a> {
         })
     }
 
+    /// The bytes not parsed yet.
+    pub(super) fn rest(&self) -> &'a [u8] {
+        self.rest
+    }
+
     pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.rest.len() < n {
             let have = self.rest.len();
@@ -398,6 +408,10 @@ impl<'a> Iterator for FrameReader<'a> {
             0x0B => self
                 .take(4)
                 .map(|e| Frame::PolicyAck(u32::from_be_bytes([e[0], e[1], e[2], e[3]]))),
+            0x0C => self.relays().map(Frame::Relays),
+            0x0D => self
+                .take(4)
+                .map(|e| Frame::RelaysAck(u32::from_be_bytes([e[0], e[1], e[2], e[3]]))),
             other => {
                 self.rest = &[];
                 Err(WireError::UnknownFrame(other))

@@ -9,6 +9,7 @@
 mod flags;
 mod frame;
 pub(crate) mod outer;
+pub mod relays;
 pub mod stated;
 
 pub use flags::{DataFlags, OrderMode, DEADLINE_LEN, PRED_GAP_LEN, REALTIME_CODE};

@@ -24,6 +24,7 @@
 //! queue_num = 7070               # the NFQUEUE number (0..=65535) for held SYNs and new UDP flows
 //! table_base = 7070              # routing tables table_base (TPROXY) and table_base+1+i (uplink i)
 //! control_socket = "/run/multihome/race.sock"
+//! dashboard = "127.0.0.1:8080"   # optional: the web dashboard and JSON API (docs/API.md)
 //!
 //! [[uplink]]
 //! name = "dsl"
@@ -79,6 +80,7 @@ struct RaceSection {
     queue_num: Option<u16>,
     table_base: Option<Spanned<u32>>,
     control_socket: Option<String>,
+    dashboard: Option<Spanned<String>>,
     seed: Option<u64>,
 }
 
@@ -138,6 +140,8 @@ pub struct RaceSettings {
     pub table_base: u32,
     /// Control socket path.
     pub control_socket: PathBuf,
+    /// The web dashboard's address (none: no dashboard).
+    pub dashboard: Option<SocketAddr>,
     /// RNG seed (probe jitter); `None`: from the OS.
     pub seed: Option<u64>,
 }
@@ -189,6 +193,7 @@ pub fn validate(src: &Source<'_>) -> Result<RaceSettings, ConfigError> {
         queue_num: r.queue_num.unwrap_or(7070),
         table_base,
         control_socket: PathBuf::from(r.control_socket.as_deref().unwrap_or(DEFAULT_RACE_SOCKET)),
+        dashboard: multihome_runtime::config::dashboard_addr(src, r.dashboard.as_ref())?,
         seed: r.seed,
     })
 }

@@ -1,6 +1,7 @@
 //! The racing gateway's event loop: it owns the state ([`Shared`]), starts the tasks (the
-//! accept loop, the queue reader of [`super::held`], the probe loop) and answers the
-//! control socket, until SIGINT/SIGTERM removes the interception.
+//! accept loop, the queue reader of [`super::held`], the probe loop), answers the
+//! control socket and the dashboard and samples the status for it once a second, until
+//! SIGINT/SIGTERM removes the interception.
 //!
 //! One current-thread tokio runtime; the shared state (the core's `Gateway`, the SYN
 //! table, counters) sits in `RefCell`s borrowed only between awaits, so it needs no locks.
@@ -27,6 +28,7 @@ use super::state::{Shared, Slot};
 use crate::core::{Flow, Gateway, RaceError};
 use anyhow::{Context, Result};
 use multihome_runtime::control::{self, ControlSocket};
+use multihome_runtime::dashboard::Live;
 use multihome_runtime::{block_on, os_seed, shutdown_signal, Clock};
 use std::rc::Rc;
 use std::time::Duration;
@@ -101,6 +103,8 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         if sh.settings.probe_target.is_some() {
             tokio::task::spawn_local(probe_loop(sh.clone()));
         }
+        let live = Live::new("race", sh.settings.dashboard, super::status::snapshot, None).await?;
+        let mut tick = Live::tick();
         let stop = shutdown_signal();
         tokio::pin!(stop);
         loop {
@@ -108,10 +112,16 @@ pub fn run(settings: RaceSettings) -> Result<()> {
                 _ = &mut stop => break,
                 conn = control.accept() => {
                     if let Ok(stream) = conn {
-                        let doc = super::status::document(&sh);
+                        let doc = live.document(super::status::document(&sh));
                         control::reply(stream, doc.to_string());
                     }
                 }
+                conn = live.accept() => {
+                    if let Ok(stream) = conn {
+                        live.serve(stream, live.document(super::status::document(&sh)));
+                    }
+                }
+                _ = tick.tick() => live.sample(&super::status::document(&sh)),
             }
         }
         tracing::info!("stopping: removing interception");

@@ -6,12 +6,17 @@
 //! generic printer shows something sensible; `--json` gives everything. [`render`] is the
 //! text view `multihome status` prints for a document whose role is `race`.
 //!
+//! Each uplink also shows its interface's kernel state and byte counters (`state`,
+//! `tx_bytes`, `rx_bytes`: what the uplink carried, relayed, NATed or routed), which the
+//! dashboard plots ([`snapshot`]).
+//!
 //! This module only reads the state ([`super::state`]); the event loop owns it and hands
-//! the document to the control socket. Invariant: the text view is a pure function of the
+//! the document to the control socket and the dashboard. Invariant: the text view is a pure function of the
 //! document and never fails on a missing or mistyped field (shown as `-`), so a newer
 //! `status` still reads an older daemon.
 
 use super::state::Shared;
+use multihome_runtime::dashboard::{EventKind, LinkSample, Mark, Snapshot};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -26,9 +31,13 @@ pub fn document(sh: &Shared) -> Value {
         .map(|(i, c)| {
             let u = &sh.settings.uplinks[i];
             let ett = st.global.ett()[i];
+            let (state, tx, rx) = interface_stats(&u.interface);
             json!({
                 "name": u.name,
                 "interface": u.interface,
+                "state": state,
+                "tx_bytes": tx,
+                "rx_bytes": rx,
                 "address": sh.addrs[i].v4.or(sh.addrs[i].v6).map(|a| a.to_string()),
                 "attempts": c.attempts,
                 "wins": c.wins,
@@ -79,6 +88,64 @@ pub fn document(sh: &Shared) -> Value {
         "counters": counters,
         "sessions": [],
     })
+}
+
+/// The kernel's view of an interface: `up` or `down` (`operstate`; `unknown`, as tunnels
+/// without carrier report it, counts as up) and its byte counters.
+fn interface_stats(ifname: &str) -> (&'static str, Option<u64>, Option<u64>) {
+    let dir = std::path::Path::new("/sys/class/net").join(ifname);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let num = |f: &str| read(f).and_then(|s| s.trim().parse().ok());
+    let state = match read("operstate").as_deref().map(str::trim) {
+        None | Some("down" | "lowerlayerdown" | "notpresent") => "down",
+        Some(_) => "up",
+    };
+    (
+        state,
+        num("statistics/tx_bytes"),
+        num("statistics/rx_bytes"),
+    )
+}
+
+/// What the dashboard reads from a race document: each uplink as a link (interface
+/// counters; RTT and loss from the probes, when they run) and the refusals as events.
+pub fn snapshot(doc: &Value) -> Snapshot {
+    let mut snap = Snapshot::default();
+    for u in doc["uplinks"].as_array().into_iter().flatten() {
+        let name = u["name"].as_str().unwrap_or("?").to_string();
+        let probed = u["probe_replies"].as_u64().unwrap_or(0) > 0;
+        snap.links.push(LinkSample {
+            session: "uplinks".into(),
+            link: name.clone(),
+            state: u["state"].as_str().unwrap_or("down").to_string(),
+            tx_bytes: u["tx_bytes"].as_u64(),
+            rx_bytes: u["rx_bytes"].as_u64(),
+            rtt_ms: u["probe_srtt_ms"].as_f64().filter(|_| probed),
+            loss: u["probe_delivery"].as_f64().map(|d| 1.0 - d),
+        });
+        if let Some(n) = u["refusals"].as_u64() {
+            let label = format!("connections refused over {name}");
+            snap.marks.push(Mark {
+                kind: EventKind::Refusal,
+                label,
+                count: n,
+            });
+        }
+    }
+    let c = &doc["counters"];
+    for (k, label) in [
+        ("races_refused", "races refused on every uplink"),
+        ("busy_refusals", "connections refused: gateway busy"),
+    ] {
+        if let Some(n) = c[k].as_u64() {
+            snap.marks.push(Mark {
+                kind: EventKind::Refusal,
+                label: label.into(),
+                count: n,
+            });
+        }
+    }
+    snap
 }
 
 /// The text view of a race document: predictor, one row per uplink with its race counters

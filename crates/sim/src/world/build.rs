@@ -103,7 +103,15 @@ impl World {
         let n_clients = scn.clients as usize;
         let used_links = if tunnel { links.len() } else { 1 };
         // Apps first: classifier rules need their port ranges.
-        let Apps { apps, ports, rules } = build_apps(scn, &mut master)?;
+        let Apps {
+            mut apps,
+            ports,
+            rules,
+        } = build_apps(scn, &mut master)?;
+        if scn.drive.is_some() {
+            // CBR streams under a drive report their handoff windows (`crate::handoff`).
+            apps.iter_mut().for_each(App::trace_cbr);
+        }
         let server =
             tunnel.then(|| build_server(scn.clients, session, default_policy, &mut master));
         let mut clients = Vec::with_capacity(n_clients);

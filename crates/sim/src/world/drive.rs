@@ -16,7 +16,9 @@
 
 use super::{Node, World};
 use crate::drive::{self, DriveEvent, DriveSpec};
+use linkem::loss::LossSpec;
 use linkem::outage::{Outage, OutageSchedule};
+use linkem::pipeline::Change;
 use linkem::DirectionParams;
 use multihome_proto::path::PathId;
 use rand::SeedableRng;
@@ -36,6 +38,8 @@ pub struct DriveState {
     link: u8,
     /// Port of the address now configured.
     port: u16,
+    /// The link's outages [coverage lost, next address), for the handoff report.
+    pub outages: Vec<(Duration, Duration)>,
 }
 
 /// The schedule of `spec` for `seed`, and its outage windows added to the client-side hop of
@@ -48,7 +52,10 @@ pub fn prepare(
 ) -> Result<DriveState, String> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ DRIVE_SALT);
     let atts = drive::schedule(spec, horizon, &mut rng);
-    let (events, outages) = drive::events(&atts);
+    let (mut events, outages) = drive::events(&atts);
+    events.extend(drive::edge_events(spec, &atts));
+    // Stable: at one instant a coverage loss stays before a carrier return.
+    events.sort_by_key(|&(t, _)| t);
     let hop = &mut links[spec.link][0];
     for dir in [&mut hop.0, &mut hop.1] {
         let mut windows = dir.outages.windows().to_vec();
@@ -60,6 +67,7 @@ pub fn prepare(
         next: 0,
         link: spec.link as u8,
         port: BASE_PORT,
+        outages,
     })
 }
 
@@ -117,6 +125,21 @@ impl World {
                     if let Some(ep) = self.clients[c as usize].ep.as_mut() {
                         ep.set_link_available(super::pi(at), PathId(link), up);
                         self.mark(c);
+                    }
+                }
+                DriveEvent::Loss(ppm) => {
+                    // Both directions of the link's client-side hop (hop 0), where the
+                    // outages are too.
+                    let loss = (ppm > 0).then(|| LossSpec::Bernoulli(f64::from(ppm) / 1e6));
+                    let edge: Vec<u32> = (0..self.hops.len() as u32)
+                        .filter(|&h| {
+                            let l = self.hops[h as usize].label;
+                            l.0 == c && l.1 == link && l.3 == 0
+                        })
+                        .collect();
+                    for h in edge {
+                        self.hops[h as usize].pipe.apply(at, Change::Loss(loss));
+                        self.rearm_hop(h);
                     }
                 }
                 DriveEvent::Address(_) if !tunnel => {

@@ -215,7 +215,14 @@ impl World {
             .apps
             .iter()
             .enumerate()
-            .map(|(i, a)| a.report(i, end))
+            .map(|(i, a)| {
+                let mut r = a.report(i, end);
+                if let (Some(trace), Some(d)) = (a.cbr_trace(), &self.drive) {
+                    let deadline = a.cbr_deadline().unwrap_or(crate::handoff::DEFAULT_DEADLINE);
+                    r.handoff = Some(crate::handoff::report(trace, &d.outages, deadline));
+                }
+                r
+            })
             .collect();
         let goodputs: Vec<f64> = flows.iter().map(|f| f.goodput_mbit).collect();
         let summary = RunSummary {

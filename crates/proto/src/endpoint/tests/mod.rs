@@ -18,6 +18,8 @@ mod mobility;
 mod realtime;
 mod realtime_video;
 mod redundant;
+mod relays;
+mod reload;
 mod reordering;
 mod stated;
 mod throughput;

@@ -1,0 +1,6 @@
+//! cargo-fuzz entry point; the body and its invariants are in `multihome_fuzz::http_request`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    multihome_fuzz::http_request(data);
+});
