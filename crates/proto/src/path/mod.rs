@@ -608,25 +608,6 @@ impl Path {
         }
     }
 
-    /// The peer declared datagrams `first .. first + count` lost (a NACK). The receiver
-    /// declares in `path_seq` order, so only what lies beyond the highest already named
-    /// counts: a NACK is repeated with the next ACKs, and must count once.
-    pub fn on_nack(&mut self, first: u32, count: u16) {
-        let end = first.wrapping_add(u32::from(count));
-        if end.wrapping_sub(self.next_seq) as i32 > 0 {
-            return; // Names datagrams never sent: ignore.
-        }
-        let from = match self.nacked_upto {
-            Some(u) if u.wrapping_sub(first) as i32 > 0 => u,
-            _ => first,
-        };
-        let new = end.wrapping_sub(from) as i32;
-        if new > 0 {
-            self.nacked += new as u64;
-            self.nacked_upto = Some(end);
-        }
-    }
-
     /// Send time of the oldest eliciting datagram after `seq`, if any is outstanding.
     fn first_eliciting_after(&self, seq: u32, now: Instant) -> Option<Instant> {
         let mut s = seq.wrapping_add(1);

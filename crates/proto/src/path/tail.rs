@@ -1,5 +1,6 @@
-//! The sender's side of loss detection on one path: the tail loss probe (RFC 8985 §7) and
-//! how long acknowledged data stays within reach of a NACK.
+//! The sender's side of loss detection on one path: the tail loss probe (RFC 8985 §7), the
+//! peer's NACKs counted once as the path's losses, and how long acknowledged data stays
+//! within reach of a NACK.
 //!
 //! The receiver declares a datagram lost only when a later one on the same path arrives
 //! (`gaps.rs`). The last datagrams of a burst have no later one: lost, they would wait for
@@ -56,6 +57,25 @@ impl Path {
     /// A tail loss probe is being sent: none again until an ACK or new data.
     pub fn on_tail_probe(&mut self) {
         self.tail_probed = self.tail_reference();
+    }
+
+    /// The peer declared datagrams `first .. first + count` lost (a NACK). The receiver
+    /// declares in `path_seq` order, so only what lies beyond the highest already named
+    /// counts: a NACK is repeated with the next ACKs, and must count once.
+    pub fn on_nack(&mut self, first: u32, count: u16) {
+        let end = first.wrapping_add(u32::from(count));
+        if end.wrapping_sub(self.next_seq) as i32 > 0 {
+            return; // Names datagrams never sent: ignore.
+        }
+        let from = match self.nacked_upto {
+            Some(u) if u.wrapping_sub(first) as i32 > 0 => u,
+            _ => first,
+        };
+        let new = end.wrapping_sub(from) as i32;
+        if new > 0 {
+            self.nacked += new as u64;
+            self.nacked_upto = Some(end);
+        }
     }
 
     /// How long data an ACK covered stays within reach of a NACK: the peer may hold a
