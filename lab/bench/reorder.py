@@ -10,6 +10,10 @@ with and without ``LOSS`` random loss on both links. Per case one topology, and 
 turn one CUBIC upload (``cli`` -> ``srv``) of ``--seconds`` per policy in ``POLICIES`` (both
 daemons restarted between policies, the links stay).
 
+Beside them, as the peer in the same run, plain TCP over link a alone (the link ``best``
+picks), no tunnel: what the link's reordering does to a TCP that sees it raw (``best`` passes
+a path's packets unordered, so its inner TCP sees the link's reordering as this one does).
+
 Reported per flow: goodput; packets the client sent again (``repaired`` on the server's NACK
 plus ``reinjected`` from a path judged failing, deltas of the client's counters) against the
 packets the links really lost upstream (linkem's ``dropped_loss`` + ``dropped_queue`` of the
@@ -20,7 +24,7 @@ discarded.
 Bars (issue 19): goodput >= 0.95 of the same policy's goodput without jitter at the same loss
 (``ratio_to_no_reorder``), and resent <= 2 x really lost (``resent_over_lost``).
 
-Usage (root, ~8 min with the defaults: 16 flows of 15 s)::
+Usage (root, ~9 min with the defaults: 24 flows of 15 s)::
 
     .venv/bin/python -m lab.bench reorder [--runs N] [--seconds S]
 
@@ -86,6 +90,7 @@ def one_flow(topo: Topology, policy: str, seconds: float) -> dict:
     """One upload through ``policy``: goodput, resends against real losses, RACK's counters."""
     set_policy(topo, policy)
     c0, d0 = topo.counters("client"), link_drops(topo)
+    tx0 = (topo.session("client") or {}).get("tx_ip_packets", 0)
     s0 = {p["name"]: p for p in server_paths(topo)}
     srv0 = topo.counters("server")
     rec = measure(topo, "multihome", seconds=seconds, port=next_port(), scheduler="earliest")
@@ -96,6 +101,7 @@ def one_flow(topo: Topology, policy: str, seconds: float) -> dict:
         return sum(p.get(key, 0) - s0.get(p["name"], {}).get(key, 0) for p in s1 if key in p)
 
     resent = sum(c1.get(k, 0) - c0.get(k, 0) for k in ("repaired", "reinjected"))
+    sent = (topo.session("client") or {}).get("tx_ip_packets", 0) - tx0
     lost = d1 - d0
     return {
         "policy": policy,
@@ -106,6 +112,8 @@ def one_flow(topo: Topology, policy: str, seconds: float) -> dict:
         "repaired": c1.get("repaired", 0) - c0.get("repaired", 0),
         "reinjected": c1.get("reinjected", 0) - c0.get("reinjected", 0),
         "lost": lost,
+        "packets_sent": sent,
+        "resent_per_10k": resent * 1e4 / sent if sent else None,
         "resent_over_lost": resent / lost if lost else (0.0 if resent == 0 else None),
         "declared_lost": delta("rx_declared_lost"),
         "spurious_lost": delta("rx_spurious_losses"),
@@ -115,6 +123,21 @@ def one_flow(topo: Topology, policy: str, seconds: float) -> dict:
         "retransmissions": rec["retransmissions"],
         "rtt_during_median_ms": rec["rtt"]["during_median_ms"],
         "skipped_gaps": (rec.get("reorder") or {}).get("deltas", {}).get("skipped_gaps"),
+    }
+
+
+def plain_flow(topo: Topology, seconds: float) -> dict:
+    """Plain TCP over link a alone (the link ``best`` picks), no tunnel: the peer."""
+    d0 = link_drops(topo)
+    rec = measure(topo, "tcp:0", seconds=seconds, port=next_port())
+    return {
+        "policy": "tcp-a",
+        "goodput_mbps": rec["goodput_mbps"],
+        "goodput_after_2s_mbps": rec.get("goodput_after_2s_mbps"),
+        "error": rec.get("error"),
+        "lost": link_drops(topo) - d0,
+        "retransmissions": rec["retransmissions"],
+        "rtt_during_median_ms": rec["rtt"]["during_median_ms"],
     }
 
 
@@ -151,6 +174,13 @@ def run_case(jitter_ms: int, loss: float, seconds: float, runs: int) -> list[dic
                     )
                     out.append(rec)
                     time.sleep(1)
+                rec = {"jitter_ms": jitter_ms, "loss": loss, "run": r, **plain_flow(topo, seconds)}
+                progress(
+                    f"  jitter {jitter_ms:2d} ms loss {loss:.0%} plain TCP, link a run {r + 1}: "
+                    f"{rec['goodput_mbps']:6.1f} Mbit/s, lost {rec['lost']}, "
+                    f"retransmissions {rec['retransmissions']}"
+                )
+                out.append(rec)
         finally:
             topo.stop()
     return out
@@ -161,49 +191,53 @@ def _median(xs: list) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+SYSTEMS = (*POLICIES, "tcp-a")
+KEYS = ("goodput_mbps", "resent", "lost", "packets_sent", "resent_per_10k", "declared_lost",
+        "spurious_lost", "resent_over_lost", "retransmissions", "rx_duplicates")  # fmt: skip
+
+
 def summarize(records: list[dict]) -> list[dict]:
-    """Per (policy, loss, jitter): medians, the ratio to jitter 0, and the two bars."""
+    """Per (system, loss, jitter): medians, the ratio to jitter 0, and the two bars."""
     out = []
-    for policy in POLICIES:
+    for system in SYSTEMS:
         for loss in (0.0, LOSS):
-            base = _median(
-                [r["goodput_mbps"] for r in records
-                 if r["policy"] == policy and r["loss"] == loss and r["jitter_ms"] == 0]
-            )  # fmt: skip
+            mine = [r for r in records if r["policy"] == system and r["loss"] == loss]
+            base = _median([r["goodput_mbps"] for r in mine if r["jitter_ms"] == 0])
             for j in JITTERS_MS:
-                rs = [
-                    r for r in records
-                    if r["policy"] == policy and r["loss"] == loss and r["jitter_ms"] == j
-                ]  # fmt: skip
+                rs = [r for r in mine if r["jitter_ms"] == j]
                 if not rs:
                     continue
-                g = _median([r["goodput_mbps"] for r in rs])
-                s = {"policy": policy, "loss": loss, "jitter_ms": j, "runs": len(rs)}
-                s |= {
-                    k: _median([r[k] for r in rs])
-                    for k in ("goodput_mbps", "resent", "lost", "declared_lost", "spurious_lost",
-                              "resent_over_lost", "retransmissions", "rx_duplicates")
-                }  # fmt: skip
+                s = {"policy": system, "loss": loss, "jitter_ms": j, "runs": len(rs)}
+                s |= {k: _median([r.get(k) for r in rs]) for k in KEYS}
+                g = s["goodput_mbps"]
                 s["ratio_to_no_reorder"] = g / base if g is not None and base else None
                 s["meets_goodput_bar"] = (
                     s["ratio_to_no_reorder"] >= RATIO_BAR if s["ratio_to_no_reorder"] else None
                 )
-                s["meets_resend_bar"] = s["resent"] <= RESEND_BAR * s["lost"]
+                if s["resent"] is not None:
+                    s["meets_resend_bar"] = s["resent"] <= RESEND_BAR * s["lost"]
                 out.append(s)
     return out
 
 
+COLORS = {"aggregate": "tab:blue", "best": "tab:orange", "tcp-a": "tab:green"}
+
+
 def plot(summary: list[dict]):  # noqa: ANN201 - a matplotlib Figure
-    fig, (ax_g, ax_r) = figure(ncols=2, width=11, height=4)
-    for policy, color in zip(POLICIES, ("tab:blue", "tab:orange"), strict=True):
+    fig, (ax_g, ax_r) = figure(ncols=2, width=12, height=4.5)
+    for system in SYSTEMS:
+        color = COLORS[system]
         for loss, style in ((0.0, "-"), (LOSS, "--")):
-            rs = [s for s in summary if s["policy"] == policy and s["loss"] == loss]
+            rs = [s for s in summary if s["policy"] == system and s["loss"] == loss]
             if not rs:
                 continue
             xs = [s["jitter_ms"] for s in rs]
-            lab_ = f"{policy}, loss {loss:.0%}"
+            name = "plain TCP, link a" if system == "tcp-a" else system
+            lab_ = f"{name}, loss {loss:.0%}"
             ax_g.plot(xs, [s["goodput_mbps"] for s in rs], style, marker="o", color=color,
                       label=lab_)  # fmt: skip
+            if system == "tcp-a":
+                continue
             ax_r.plot(xs, [s["resent"] for s in rs], style, marker="o", color=color,
                       label=f"resent, {lab_}")  # fmt: skip
             ax_r.plot(xs, [s["lost"] for s in rs], style, marker="x", color=color, alpha=0.4,
@@ -220,21 +254,27 @@ def plot(summary: list[dict]):  # noqa: ANN201 - a matplotlib Figure
     for ax in (ax_g, ax_r):
         ax.set_xticks(JITTERS_MS)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, loc="center left", framealpha=0.6)
     return fig
 
 
+def _f(x: float | None, fmt: str) -> str:
+    return format(x, fmt) if x is not None else "-".rjust(int(fmt.partition(".")[0]))
+
+
 def table(summary: list[dict]) -> None:
-    print(f"\n{'policy':9} {'loss':>4} {'jit':>3} {'Mbit/s':>7} {'/j0':>5} {'resent':>7} "
-          f"{'lost':>6} {'decl':>6} {'spur':>5} {'retx':>5}  bars")  # fmt: skip
+    print(f"\n{'system':9} {'loss':>4} {'jit':>3} {'Mbit/s':>7} {'/j0':>5} {'resent':>7} "
+          f"{'lost':>6} {'/10k':>6} {'decl':>6} {'spur':>5} {'retx':>5}  bars")  # fmt: skip
     for s in summary:
-        ratio = s["ratio_to_no_reorder"]
+        bars = f"goodput {'ok' if s['meets_goodput_bar'] else 'NO'}"
+        if "meets_resend_bar" in s:
+            bars += f", resend {'ok' if s['meets_resend_bar'] else 'NO'}"
         print(
-            f"{s['policy']:9} {s['loss']:4.0%} {s['jitter_ms']:3d} {s['goodput_mbps']:7.1f} "
-            f"{ratio if ratio is not None else float('nan'):5.2f} {s['resent']:7.0f} "
-            f"{s['lost']:6.0f} {s['declared_lost']:6.0f} {s['spurious_lost']:5.0f} "
-            f"{s['retransmissions']:5.0f}  goodput {'ok' if s['meets_goodput_bar'] else 'NO'}, "
-            f"resend {'ok' if s['meets_resend_bar'] else 'NO'}"
+            f"{s['policy']:9} {s['loss']:4.0%} {s['jitter_ms']:3d} {_f(s['goodput_mbps'], '7.1f')} "
+            f"{_f(s['ratio_to_no_reorder'], '5.2f')} {_f(s['resent'], '7.0f')} "
+            f"{_f(s['lost'], '6.0f')} {_f(s['resent_per_10k'], '6.2f')} "
+            f"{_f(s['declared_lost'], '6.0f')} {_f(s['spurious_lost'], '5.0f')} "
+            f"{_f(s['retransmissions'], '5.0f')}  {bars}"
         )
 
 
