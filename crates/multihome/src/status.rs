@@ -42,6 +42,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "rx_decompress_errors": sc.rx_decompress_errors,
         "reinjected": sc.reinjected,
         "repaired": sc.repaired,
+        "tail_probes": sc.tail_probes,
         "tx_riders": sc.tx_riders,
         "hold_dropped_bytes": sc.hold_dropped_bytes,
         "hold_dropped_age": sc.hold_dropped_age,
