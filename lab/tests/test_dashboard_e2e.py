@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lab.browser import Browser
 from lab.netns import REPO_ROOT, Lab
+from lab.prometheus import FETCH, parse
 from lab.topology import LinkSpec, Topology
 
 DASHBOARD = "127.0.0.1:8088"
@@ -93,7 +94,6 @@ def test_dashboard_in_a_browser(lab: Lab, multihome_bin: Path, linkem_bin: Path)
 
 # ---- Prometheus ----
 
-SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\} (\S+)$")
 EXPECTED_TYPES = {
     "multihome_handshakes_total": "counter",
     "multihome_session_established": "gauge",
@@ -107,38 +107,9 @@ EXPECTED_TYPES = {
 }
 
 
-FETCH = (
-    "import sys, urllib.request; "
-    "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())"
-)
-
-
 def scrape(topo: Topology, ns: str, addr: str, path: str = "/metrics") -> str:
     """GET http://addr/path from inside namespace ``ns``."""
     return topo.run_in(ns, ["python3", "-c", FETCH, f"http://{addr}{path}"], timeout=10).stdout
-
-
-def parse(text: str) -> tuple[dict[str, str], dict[tuple[str, str], float]]:
-    """Types by family and values by (name, labels), checking the exposition format: one
-    TYPE line per family, before its samples, which form one contiguous group."""
-    types: dict[str, str] = {}
-    values: dict[tuple[str, str], float] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            name, kind = line[7:].split(" ")
-            assert name not in types, f"{name} typed twice"
-            assert kind in ("counter", "gauge"), line
-            assert (kind == "counter") == name.endswith("_total"), line
-            types[name], current = kind, name
-        elif line.startswith("# HELP "):
-            continue
-        else:
-            m = SAMPLE_RE.match(line)
-            assert m, f"not a sample line: {line!r}"
-            assert m.group(1) == current, f"{m.group(1)} outside its family group"
-            values[(m.group(1), m.group(2))] = float(m.group(3))
-    return types, values
 
 
 def link_sum(values: dict[tuple[str, str], float], name: str) -> dict[str, float]:

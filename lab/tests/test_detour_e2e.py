@@ -24,12 +24,14 @@ from pathlib import Path
 
 import tomli_w
 
+from lab import prometheus
 from lab.netns import Lab, LabError, Proc
 from lab.topology import PORT, LinkSpec, Topology, link_ip
 
 DIRECT_MBIT = 40.0
 RELAY_NET = "10.0.80"
 RELAY_PORT = 51900
+RELAY_DASHBOARD = 8091
 DETOUR = "direct via rly"
 
 
@@ -109,6 +111,7 @@ class DetourTopology(Topology):
         cfg = (
             f'[relay]\nlisten = "0.0.0.0:{RELAY_PORT}"\nprivate_key_file = "relay.key"\n'
             f'name = "lab"\nports = "40000-40099"\ncontrol_socket = "{self.dir / "relay.sock"}"\n'
+            f'dashboard = "127.0.0.1:{RELAY_DASHBOARD}"\n'
             f'[[client]]\nname = "home"\npublic_key = "{self.client_pub}"\n'
         )
         (self.dir / "relay.toml").write_text(cfg)
@@ -190,6 +193,17 @@ def test_single_homed_client_gains_a_detour(lab: Lab, multihome_bin: Path) -> No
     assert share >= 0.1, moved
     assert res.mbps > DIRECT_MBIT, (res.mbps, moved)
     assert topo.detour_link()["state"] == "up"
+    # The relay's Prometheus metrics show the detour installed for this client.
+    url = f"http://127.0.0.1:{RELAY_DASHBOARD}/metrics"
+    _, values = prometheus.parse(prometheus.get(topo.rly, url))
+    assert values[("multihome_relay_installed_total", 'relay="lab"')] >= 1, values
+    assert values[("multihome_relay_client_detours", 'relay="lab",client="home"')] == 1, values
+    assert values[("multihome_relay_detours", 'relay="lab",mode="nat"')] == 1, values
+    # Its status lists the detour under its client (the dashboard's sessions panel).
+    relay = topo.status("relay", sock=topo.dir / "relay.sock")
+    (entry,) = relay["clients"][0]["entries"]
+    assert entry["mode"] == "nat" and entry["server"].endswith(f":{PORT}"), entry
+    assert entry["expires_in_s"] > 0, entry
     # A clean shutdown releases the detour at the relay.
     assert topo.daemons["client"].stop() == 0
     relay = topo.status("relay", sock=topo.dir / "relay.sock")

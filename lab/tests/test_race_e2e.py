@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from lab import prometheus
 from lab.netns import Lab
 from lab.race.topology import ORIGIN, RaceTopology, UplinkSpec, origin_side_ip
 from lab.tools.tcpxfer import expected_sha256
@@ -165,6 +166,9 @@ def test_dscp_pins_an_uplink(lab: Lab, multihome_bin: Path) -> None:
     st = lab_topo.status()
     assert uplink(st, "a")["attempts"] == 0, st
     assert uplink(st, "b")["chosen"] == 1, st
+    # The pin is listed as a flow class (the dashboard's policies panel reads it).
+    rules = st["policies"]["rules"]
+    assert rules == [{"name": "dscp 10", "dscp": 10, "policy": "only:b"}], st["policies"]
 
 
 def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
@@ -187,6 +191,14 @@ def test_100_mib_download_intact(lab: Lab, multihome_bin: Path) -> None:
     hist = t.gw.run(["python3", "-c", fetch, "http://127.0.0.1:8088/api/history"], timeout=10)
     series = {s["link"]: s for s in json.loads(hist.stdout)["series"]}
     assert max(v or 0 for v in series[chosen["name"]]["rx_bps"]) > 1e6, series
+    # Prometheus on the same address counts the same bytes (docs/API.md).
+    types, values = prometheus.parse(prometheus.get(t.gw, "http://127.0.0.1:8088/metrics"))
+    assert types["multihome_race_uplink_rx_bytes_total"] == "counter", types
+    assert values[("multihome_race_relayed_down_bytes_total", 'role="race"')] > 100 << 20
+    up = f'role="race",uplink="{chosen["name"]}"'
+    assert values[("multihome_race_uplink_chosen_total", up)] == 1, values
+    assert values[("multihome_race_uplink_rx_bytes_total", up)] > 100 << 20, values
+    assert values[("multihome_race_uplink_up", up)] == 1, values
 
 
 # ---- NAT mode (mode = "nat"): the client's own SYN over every uplink, kernel NAT after ----

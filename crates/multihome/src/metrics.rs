@@ -1,7 +1,8 @@
 //! Prometheus metrics of the tunnel (client and server): the text exposition format, built
 //! from the same status document as `multihome status`, served on `metrics_listen` (any
 //! path) and on the dashboard's `/metrics` by the daemons' one HTTP server
-//! (`multihome_runtime::http`). The names, types and labels are listed in docs/API.md.
+//! (`multihome_runtime::http`), written with the format's helpers of
+//! `multihome_runtime::prometheus`. The names, types and labels are listed in docs/API.md.
 //! The name service's part ([`naming`]): the server's resolver, records refused per reason;
 //! the client's failovers and last publication.
 //!
@@ -9,8 +10,8 @@
 //! lines; counters end in `_total` and only grow while the daemon runs; label values are
 //! escaped as the format requires.
 
+use multihome_runtime::prometheus::{esc, family};
 use serde_json::{json, Value};
-use std::fmt::Write as _;
 
 /// Per-link gauges: (document field, metric suffix, help).
 const LINK_GAUGES: [(&str, &str, &str); 5] = [
@@ -50,26 +51,6 @@ const LINK_COUNTERS: [(&str, &str); 4] = [
         "Datagrams received and authenticated on the link.",
     ),
 ];
-
-/// A label value with `\`, `"` and newlines escaped.
-fn esc(s: &str) -> String {
-    s.replace('\\', r"\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Writes one family: its HELP and TYPE lines, then every sample.
-fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, String)]) {
-    if samples.is_empty() {
-        return;
-    }
-    // Writing to a String cannot fail.
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    for (labels, value) in samples {
-        let _ = writeln!(out, "{name}{{{labels}}} {value}");
-    }
-}
 
 /// Renders the status document as Prometheus metrics.
 pub fn render(status: &Value) -> String {

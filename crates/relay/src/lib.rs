@@ -14,6 +14,7 @@
 //! removed on exit (the table with it). Reference: docs/CONFIG.md.
 
 pub mod config;
+mod metrics;
 mod status;
 mod tunnel;
 
@@ -193,7 +194,13 @@ fn start(s: RelaySettings) -> Result<(Relay, AsyncFd<LinkSocket>, ControlSocket)
 
 async fn serve(s: RelaySettings, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     // Bound before `start` installs anything, so a taken address leaves nothing behind.
-    let live = Live::new("relay", s.dashboard, status::snapshot, None).await?;
+    let live = Live::new(
+        "relay",
+        s.dashboard,
+        status::snapshot,
+        Some(metrics::render),
+    )
+    .await?;
     let (mut relay, sock, control) = start(s)?;
     let mut tick = Live::tick();
     let stop = async {

@@ -30,6 +30,22 @@ pub(super) struct Status<'a> {
 struct ClientDoc<'a> {
     name: &'a str,
     detours: usize,
+    /// Each detour installed for the client now: its paths through this relay.
+    entries: Vec<EntryDoc>,
+}
+
+/// One installed detour as the dashboard lists it under its client.
+#[derive(Debug, Serialize)]
+struct EntryDoc {
+    mode: &'static str,
+    /// The relay port the client sends to.
+    port: u16,
+    /// The client's source as the relay sees it (the only one forwarded).
+    source: SocketAddr,
+    /// Where its datagrams go.
+    server: SocketAddr,
+    /// Seconds until it expires unless renewed.
+    expires_in_s: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -78,6 +94,7 @@ impl From<RelayCounters> for CountersDoc {
 impl Relay {
     /// The status document.
     pub(super) fn status(&self) -> serde_json::Value {
+        let now = self.clock.now();
         let entries: Vec<&Entry> = self.core.entries().collect();
         let nat_n = entries.iter().filter(|e| e.mode != Mode::Tunnel).count();
         let tcp_n = entries.iter().filter(|e| e.mode == Mode::NatTcp).count();
@@ -101,6 +118,17 @@ impl Relay {
                 .map(|(i, c)| ClientDoc {
                     name: &c.name,
                     detours: self.core.client_entries(i),
+                    entries: entries
+                        .iter()
+                        .filter(|e| e.client == i)
+                        .map(|e| EntryDoc {
+                            mode: e.mode.name(),
+                            port: e.port,
+                            source: e.source,
+                            server: e.server,
+                            expires_in_s: e.expires.saturating_since(now).as_secs_f64(),
+                        })
+                        .collect(),
                 })
                 .collect(),
         };

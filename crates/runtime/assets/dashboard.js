@@ -140,6 +140,15 @@ function drawSessions(doc) {
   if (Array.isArray(doc.clients)) {
     out.push(table(['client', 'detours'], doc.clients.map((c) => row([
       el('td', c.name, 'text'), c.detours]))));
+    for (const c of doc.clients) {
+      if (!(c.entries || []).length) continue;
+      const box = el('div', null, 'session');
+      box.appendChild(el('div', `client ${c.name}: detours through this relay`));
+      box.appendChild(table(['mode', 'relay port', 'client source', 'server', 'expires in s'],
+        c.entries.map((e) => row([el('td', e.mode, 'text'), e.port,
+          el('td', e.source, 'text'), el('td', e.server, 'text'), num(e.expires_in_s, 0)]))));
+      out.push(box);
+    }
   }
   if (!out.length) out.push(el('p', 'no sessions', 'note'));
   document.getElementById('sessions').replaceChildren(...out);

@@ -7,6 +7,7 @@
 //!   shutdown signal;
 //! - [`control`]: the control socket `multihome status` reads;
 //! - [`http`]: the one small HTTP server (Prometheus metrics, the dashboard);
+//! - [`prometheus`]: the metrics' text format, which each role fills from its document;
 //! - [`dashboard`]: the web dashboard and JSON API, and the history of samples and events
 //!   behind them;
 //! - [`config`]: configuration files read as TOML, with every error located by file and
@@ -20,6 +21,7 @@ pub mod config;
 pub mod control;
 pub mod dashboard;
 pub mod http;
+pub mod prometheus;
 pub mod rt;
 
 pub use clock::{os_seed, Clock};

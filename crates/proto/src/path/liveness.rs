@@ -1,6 +1,7 @@
 //! Liveness of a path: `Up` while feedback is recent, `Suspect` once the oldest
-//! unacknowledged datagram has waited well past the RTT, `Down` after the detection time;
-//! and when those changes, or the next keepalive probe, are due.
+//! unacknowledged datagram has waited well past the RTT, `Down` after the detection time
+//! (longer on a path whose own RTT is longer: [`down_after`]); and when those changes, or
+//! the next keepalive probe, are due.
 //!
 //! The deadlines are asked for after every event the driver handles (for each path of
 //! each session it wakes); `Instant + Duration` adds in u64 for that reason (`time.rs`).
@@ -29,6 +30,24 @@ pub(super) fn suspect_after(rtt: &RttEstimator, detect: Duration) -> Duration {
         .min(detect)
 }
 
+/// How long the oldest unacknowledged datagram may wait before the path is `Down`: the
+/// detection time, or three RTTs plus four deviations where that is longer, at most four
+/// detection times.
+///
+/// Why longer on a slow path: a cellular link whose queue has grown to 700 ms of RTT
+/// (measured on real driving traces) leaves its oldest datagram unacknowledged for over a
+/// second while it still delivers; a fixed 1 s declared it dead, and when the other link
+/// was already down the session had no path left and stalled. Failover does not wait for
+/// `Down`: it starts at `Suspect` ([`suspect_after`], at most the detection time), so a
+/// longer `Down` delays only giving the path up, not moving traffic off it. A path that
+/// really died keeps its last RTT estimate (no new samples), so a path that was fast is
+/// still declared down after the detection time.
+pub(super) fn down_after(rtt: &RttEstimator, detect: Duration) -> Duration {
+    (rtt.smoothed() * 3 + rtt.var() * 4)
+        .max(detect)
+        .min(detect * 4)
+}
+
 impl Path {
     /// Re-evaluates liveness; returns the new state if it changed.
     pub fn update_state(&mut self, now: Instant) -> Option<PathState> {
@@ -37,7 +56,7 @@ impl Path {
             PathState::Down
         } else if let Some(t) = self.first_unacked_time {
             let waiting = now.saturating_since(t);
-            if waiting >= self.cfg.detect {
+            if waiting >= down_after(&self.rtt, self.cfg.detect) {
                 PathState::Down
             } else if old == PathState::Up && waiting >= self.suspect_after {
                 PathState::Suspect
@@ -58,7 +77,7 @@ impl Path {
             if self.state == PathState::Up {
                 t + self.suspect_after
             } else {
-                t + self.cfg.detect
+                t + down_after(&self.rtt, self.cfg.detect)
             }
         })
     }
@@ -72,5 +91,32 @@ impl Path {
             self.last_sent_time
                 .map_or(Instant::ZERO, |t| t + self.cfg.probe_interval),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtt_of(ms: u64, samples: usize) -> RttEstimator {
+        let mut r = RttEstimator::new(Duration::from_millis(ms));
+        for _ in 0..samples {
+            r.on_sample(Duration::from_millis(ms));
+        }
+        r
+    }
+
+    #[test]
+    fn down_is_the_detection_time_on_a_fast_path() {
+        let d = Duration::from_secs(1);
+        assert_eq!(down_after(&rtt_of(30, 20), d), d);
+    }
+
+    #[test]
+    fn a_slow_path_gets_three_rtts_up_to_four_detection_times() {
+        let d = Duration::from_secs(1);
+        let slow = down_after(&rtt_of(700, 50), d);
+        assert!(slow >= Duration::from_millis(2100) && slow < Duration::from_millis(2300));
+        assert_eq!(down_after(&rtt_of(3000, 50), d), d * 4);
     }
 }

@@ -337,3 +337,22 @@ fn ack_delay_is_a_quarter_rtt_within_bounds() {
     assert_eq!(ack_delay(Some(ms(20))), ms(5));
     assert_eq!(ack_delay(Some(ms(300))), MAX_ACK_DELAY);
 }
+
+#[test]
+fn a_path_slowed_by_its_queue_is_not_down_at_the_detection_time() {
+    // 700 ms of queue on the way out (a cellular link under load): the oldest datagram in
+    // flight is always ~0.7 s old. Stopping feedback 0.4 s after the last send leaves it
+    // unacknowledged for ~1.1 s: more than the 1 s detection time, yet well within what
+    // this path's own RTT makes normal; it is Suspect (traffic moves), not Down. With no
+    // feedback for 3 RTTs it is Down.
+    let (mut tx, _) = run_with(500, 10, |_| 700, 10, |_| false);
+    assert!(
+        tx.rtt().smoothed() > Duration::from_millis(650),
+        "{:?}",
+        tx.rtt()
+    );
+    tx.update_state(at(5400));
+    assert_eq!(tx.state(), PathState::Suspect);
+    tx.update_state(at(7500));
+    assert_eq!(tx.state(), PathState::Down);
+}

@@ -103,7 +103,13 @@ pub fn run(settings: RaceSettings) -> Result<()> {
         if sh.settings.probe_target.is_some() {
             tokio::task::spawn_local(probe_loop(sh.clone()));
         }
-        let live = Live::new("race", sh.settings.dashboard, super::status::snapshot, None).await?;
+        let live = Live::new(
+            "race",
+            sh.settings.dashboard,
+            super::status::snapshot,
+            Some(super::metrics::render),
+        )
+        .await?;
         let mut tick = Live::tick();
         let stop = shutdown_signal();
         tokio::pin!(stop);

@@ -13,11 +13,11 @@
 //! each from the same predictor (a mark, conntrack, policy routing). `--replay` runs the
 //! same core offline over a recorded fetch dataset ([`replay`]) for the lab's evaluation.
 //!
-//! Dependencies among the modules point one way (no module imports one above it):
-//!
 //! In NAT mode (`mode = "nat"`, [`nat`]) the client's own SYN is copied out on every uplink
 //! instead, the first SYN-ACK passed back, the others reset, and the connection handed to
 //! the kernel's NAT: no relay.
+//!
+//! Dependencies among the modules point one way (no module imports one above it):
 //!
 //! ```text
 //! event_loop                      owns the state, starts the tasks, answers the control socket
@@ -25,6 +25,7 @@
 //!   │     ├─> nat                 NAT mode: SYN copies, answers, hand-over to kernel NAT
 //!   │     └─> drive               one race over sockets, the relay of its winner
 //!   ├─> status                    reads the state into the status document
+//!   ├─> metrics                   the document as Prometheus metrics (dashboard /metrics)
 //!   └─> drive
 //! held, drive, status ─> state    the shared types: Shared, Held, Slot
 //! state ─> config, setup, nfqueue
@@ -33,9 +34,6 @@
 //!
 //! The runtime, clock, control socket and located config errors are those of every
 //! multihome daemon (`multihome_runtime`).
-//!
-//! ```text
-//! ```
 //!
 //! [`state`] holds what the tasks share ([`state::Shared`], [`state::Held`],
 //! [`state::Slot`]); [`event_loop`] creates and owns it; [`held`] (the queue side) and the
@@ -46,6 +44,7 @@ pub mod config;
 pub mod drive;
 pub mod event_loop;
 pub mod held;
+pub mod metrics;
 pub mod nat;
 pub mod nfqueue;
 pub mod replay;

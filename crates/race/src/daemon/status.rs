@@ -86,7 +86,32 @@ pub fn document(sh: &Shared) -> Value {
         "avmet": {"alpha": wins.alpha(), "curbest": wins.curbest(), "samples": wins.samples()},
         "uplinks": uplinks,
         "counters": counters,
+        "policies": policies(sh, st.predictor),
         "sessions": [],
+    })
+}
+
+/// The gateway's flow classes, in the shape the tunnel's `policies` has (the dashboard
+/// draws both): by default every new TCP connection is raced over every uplink and a UDP
+/// flow gets the predictor's best; each DSCP pin sends its connections and flows over one
+/// uplink, unraced.
+fn policies(sh: &Shared, predictor: &str) -> Value {
+    let rules: Vec<Value> = sh
+        .settings
+        .gateway
+        .dscp_pins
+        .iter()
+        .map(|(dscp, uplink)| {
+            json!({
+                "name": format!("dscp {dscp}"),
+                "dscp": dscp,
+                "policy": format!("only:{}", sh.settings.uplinks[uplink.index()].name),
+            })
+        })
+        .collect();
+    json!({
+        "default": format!("race every uplink, keep the {predictor} pick (UDP: its best)"),
+        "rules": rules,
     })
 }
 
