@@ -19,7 +19,9 @@ handoffs with LTE beside: loss and delay around each handoff per policy, simulat
 cross-check; issue 16), ``vehicular-lte`` (§4.2.2 of the same study on one drive: striping
 over Wi-Fi and a steady LTE link against the sum of each alone, lab and simulator; issue 16),
 ``outage`` (a download across a 30 s outage with a new address:
-multihome against plain TCP; issue 16), ``all``. Needs root; builds its own namespaces and removes
+multihome against plain TCP; issue 16), ``reorder`` (links whose jitter reorders, with and
+without 1 % loss: goodput and packets resent against packets really lost, ``aggregate`` and
+``best``; issue 19), ``all``. Needs root; builds its own namespaces and removes
 them, even after a failure.
 """
 
@@ -40,6 +42,7 @@ from lab.bench import (
     outage,
     overhead,
     realtime_media,
+    reorder,
     simult_flows,
     vehicular,
     vehicular_lte,
@@ -60,6 +63,7 @@ SUITES = (
     "handoff-voice",
     "outage",
     "vehicular-lte",
+    "reorder",
 )
 
 
@@ -70,7 +74,7 @@ def main() -> int:
         "--runs",
         type=int,
         help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range, "
-        "outage 2)",
+        "outage 2, reorder 1)",
     )
     parser.add_argument(
         "--cases",
@@ -96,7 +100,8 @@ def main() -> int:
         "realtime-media: seconds per measured stream (default 20); "
         "detours, detour-relay: seconds per run (default 20, 10); "
         "naming: seconds of timed load per store (default 20); "
-        "handoff-voice: seconds of voice in each lab run (default 120)",
+        "handoff-voice: seconds of voice in each lab run (default 120); "
+        "reorder: seconds per flow (default 15)",
     )
     parser.add_argument(
         "--skip-sim",
@@ -170,6 +175,8 @@ def main() -> int:
             outage.main(runs=args.runs or 2)
         elif suite == "vehicular-lte":
             vehicular_lte.main()
+        elif suite == "reorder":
+            reorder.main(runs=args.runs, seconds=args.seconds)
         else:
             failover.main(runs=args.runs or 3)
     return 0

@@ -60,6 +60,7 @@ COMMANDS = {
     "aggregate": f"{PY} -m lab.bench aggregate",
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
+    "reorder": f"{PY} -m lab.bench reorder --runs 3",
     "realtime-media": f"{PY} -m lab.bench realtime-media",
     "detour-relay": f"{PY} -m lab.bench detour-relay",
     "detours": f"{PY} -m lab.bench detours",
@@ -367,6 +368,15 @@ COLUMNS = {
         "within_tolerance",
         "lab_retransmissions",
         "sim_retransmissions",
+    ],
+    "reorder": [
+        "goodput_mbps",
+        "ratio_to_no_reorder",
+        "resent",
+        "lost",
+        "resent_over_lost",
+        "spurious_lost",
+        "retransmissions",
     ],
     "sim-bench": [
         "realtime_factor",

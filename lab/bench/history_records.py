@@ -196,6 +196,16 @@ def _vehicular_lte(d: dict) -> list[tuple[str, dict]]:
     return [("fixed-400", f)]
 
 
+def _reorder(d: dict) -> list[tuple[str, dict]]:
+    """One record per (policy, loss, jitter) point of the summary."""
+    keys = ("goodput_mbps", "ratio_to_no_reorder", "resent", "lost", "resent_over_lost",
+            "spurious_lost", "retransmissions")  # fmt: skip
+    return [
+        (f"{s['policy']}-loss{s['loss']:g}-jitter{s['jitter_ms']}ms", _figs(s, keys))
+        for s in d["summary"]
+    ]
+
+
 def _handoff_voice(d: dict) -> list[tuple[str, dict]]:
     """One record per simulator point (gap, mechanism) and per cross-check mechanism."""
     keys = ("handoffs", "lost_per_handoff_mean", "lost_per_handoff_p95", "window_loss")
@@ -325,6 +335,7 @@ EXTRACT = {
     "outage": _outage,
     "handoff-voice": _handoff_voice,
     "vehicular-lte": _vehicular_lte,
+    "reorder": _reorder,
 }
 
 

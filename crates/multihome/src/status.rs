@@ -47,6 +47,7 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "rx_decompress_errors": sc.rx_decompress_errors,
         "reinjected": sc.reinjected,
         "repaired": sc.repaired,
+        "tail_probes": sc.tail_probes,
         "tx_riders": sc.tx_riders,
         "hold_dropped_bytes": sc.hold_dropped_bytes,
         "hold_dropped_age": sc.hold_dropped_age,
@@ -93,9 +94,10 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                 "rx_bytes": c.rx_bytes,
                 "tx_packets": c.tx_packets,
                 "rx_packets": c.rx_packets,
-                "reorder_window_ms": reo.0.as_secs_f64() * 1e3,
-                "rx_reordered": reo.1,
-                "rx_spurious_losses": reo.2,
+                "reorder_window_ms": p.reorder_window().as_secs_f64() * 1e3,
+                "rx_reordered": reo.0,
+                "rx_spurious_losses": reo.1,
+                "rx_declared_lost": reo.2,
                 "share": if total > 0 { c.tx_bytes as f64 / total as f64 } else { 0.0 },
             })
         })

@@ -23,13 +23,14 @@ mod rate;
 mod receiver;
 mod rtt;
 mod sent;
+mod tail;
 
 pub use control::LossCounters;
 pub use rate::{DeliveryRate, WindowedMaxRate};
-pub use receiver::Received;
+pub use receiver::{Nacks, Received, MAX_NACK_RANGES};
 pub use rtt::RttEstimator;
 
-use crate::wire::{AckFrame, NackFrame};
+use crate::wire::AckFrame;
 use crate::Instant;
 use control::{PathNow, RateControl, Verdict};
 use core::time::Duration;
@@ -214,6 +215,16 @@ pub struct Path {
     first_unacked_time: Option<Instant>,
     last_sent_time: Option<Instant>,
     last_data_sent: Option<Instant>,
+    /// `path_seq` of the last data datagram sent, and when the last new ACK came (the
+    /// tail loss probe's clock, `tail.rs`).
+    last_data_seq: Option<u32>,
+    last_ack_at: Option<Instant>,
+    /// The clock reading a tail loss probe was sent for.
+    tail_probed: Option<Instant>,
+    /// One past the highest datagram a NACK named, and the datagrams NACKs named since the
+    /// last ACK (the losses `LossRates` counts).
+    nacked_upto: Option<u32>,
+    nacked: u64,
     losses: LossRates,
     rtt: RttEstimator,
     /// `liveness::suspect_after` of `rtt`, kept with it: the deadlines need it after
@@ -227,12 +238,12 @@ pub struct Path {
     // Receiver side.
     pair: PairMeter,
     rx_largest: Option<(u32, Instant)>,
-    /// Gaps held open for the reordering window before they count as lost.
+    /// Loss detection: missing datagrams held for the reordering window (`gaps.rs`).
     gaps: gaps::GapWindow,
-    /// Datagrams found missing (first `path_seq`, count) and not yet reported in a NACK.
-    rx_nack: Option<(u32, u16)>,
-    /// The last NACK sent, and how many more ACKs repeat it (a lost NACK loses a repair).
-    rx_nack_repeat: Option<(NackFrame, u8)>,
+    /// Datagrams declared lost (first `path_seq`, count) and not yet reported in a NACK.
+    rx_nack: receiver::NackRanges,
+    /// The last NACKs sent, and how many more ACKs repeat them (a lost NACK loses a repair).
+    rx_nack_repeat: Option<(receiver::Nacks, u8)>,
     rx_count: u64,
     rx_bytes: u64,
     unacked_rx: u32,
@@ -259,6 +270,11 @@ impl Path {
             first_unacked_time: None,
             last_sent_time: None,
             last_data_sent: None,
+            last_data_seq: None,
+            last_ack_at: None,
+            tail_probed: None,
+            nacked_upto: None,
+            nacked: 0,
             losses: LossRates::default(),
             rtt,
             suspect_after: liveness::suspect_after(&rtt, cfg.detect),
@@ -270,7 +286,7 @@ impl Path {
             pair: PairMeter::new(u64::from(id.0) + 1),
             rx_largest: None,
             gaps: gaps::GapWindow::default(),
-            rx_nack: None,
+            rx_nack: receiver::NackRanges::new(),
             rx_nack_repeat: None,
             rx_count: 0,
             rx_bytes: 0,
@@ -325,10 +341,18 @@ impl Path {
         self.available
     }
 
-    /// Marks the path proven (a handshake response arrived on it).
+    /// Marks the path proven (a handshake response arrived on it). Proof that it works
+    /// now also restarts the liveness clock, and a path that was `Down` writes off what it
+    /// sent meanwhile (its data was reinjected or held): an outage's keepalives, never to
+    /// be acknowledged, turned it `Down` again at once, and filled its window, so after a
+    /// heal nothing moved on it until its next keepalive's ACK (up to a probe interval).
     pub fn confirm(&mut self, now: Instant) {
         if self.available {
+            if self.state == PathState::Down {
+                self.acked_cum_bytes = self.cum_sent_bytes;
+            }
             self.set_state(now, PathState::Up);
+            self.first_unacked_time = None;
         }
     }
 
@@ -437,7 +461,7 @@ impl Path {
             ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
-            fwd_queue: path_now.fwd_queue,
+            fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
             cost: self.cfg.cost,
         }
     }
@@ -472,6 +496,7 @@ impl Path {
         if data {
             self.fwd.on_data_sent(now, self.last_data_sent);
             self.last_data_sent = Some(now);
+            self.last_data_seq = Some(seq);
         }
         // A keepalive proves no rate at all (its sample is its own tiny rate; taken as a
         // first estimate it held a path at 64 kbit/s while the pacing cap let it grow
@@ -547,10 +572,13 @@ impl Path {
                 }
             }
         }
-        // Between two feedbacks, Δsent − Δreceived datagrams were lost. Whether they were
-        // congestion or transmission errors is known once the controller's verdict on the
-        // episode comes (`loss.rs`).
-        if self.losses.on_feedback(ack.largest, ack.recv_count) {
+        // The datagrams the peer declared lost since the last feedback (`on_nack`). Whether
+        // they were congestion or transmission errors is known once the controller's
+        // verdict on the episode comes (`loss.rs`).
+        if self
+            .losses
+            .on_feedback(ack.largest, core::mem::take(&mut self.nacked))
+        {
             self.control.on_loss(self.fwd.queue());
         }
         if !self.control.judging() {
@@ -573,6 +601,7 @@ impl Path {
         };
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
+        self.last_ack_at = Some(now);
         self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
         if self.available {
             self.set_state(now, PathState::Up);

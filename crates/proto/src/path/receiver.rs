@@ -1,27 +1,37 @@
 //! Receiver side of a path: counts what arrives, measures packet pairs, and decides when
-//! feedback (ACK, PAIR, NACK) is due — immediately on PING or on a gap in `path_seq`, every
-//! `ACK_EVERY` eliciting datagrams, else after the path's ACK delay (`ack_delay`: min RTT
-//! / 4 within 2–10 ms).
+//! feedback (ACK, PAIR, NACK) is due — immediately on PING or when a loss is declared,
+//! every `ACK_EVERY` eliciting datagrams, else after the path's ACK delay (`ack_delay`: min
+//! RTT / 4 within 2–10 ms).
 //!
-//! A gap is a loss once the path's reordering window has passed (`gaps.rs`, RACK's
-//! reo_wnd): zero on a path that delivers in order, as links mostly do, so datagrams
-//! numbered between the largest seen and a newer one that arrived are reported at once in
-//! a NACK and the sender repairs the data they carried (`session/reinject.rs`) while the
-//! reorder buffer still holds the hole; on a path seen to reorder, only after the
-//! reordering it showed, so reordering is not repaired as loss.
+//! A gap in `path_seq` is a loss only once RACK says so (`gaps.rs`, RFC 8985): when the
+//! path's reordering window — learned from the reordering it shows — has passed since a
+//! later datagram arrived, so reordering is not repaired as loss. Declared datagrams go in
+//! the next NACK, at once, and the sender repairs the data they carried
+//! (`session/reinject.rs`) while the reorder buffer still holds the hole.
 //!
 //! Invariant: counts are cumulative since the path was created, so a lost ACK costs
 //! nothing but delay (the next one carries the totals); a NACK is best effort (lost, its
-//! holes are left to the reorder buffer's hold and the inner transport).
+//! holes are left to the reorder buffer's hold and the inner transport). Pending NACK
+//! ranges are kept apart (`MAX_NACK_RANGES`), so a NACK never names a datagram that
+//! arrived — except when more disjoint ranges are pending than fit, the last ones merged.
 
+use super::gaps::Rtts;
 use super::{Path, ACK_EVERY};
 use crate::wire::{AckFrame, NackFrame, PairFrame};
+use crate::Instant;
+use arrayvec::ArrayVec;
 
 /// Most datagrams one gap may report (a longer run is an outage, which liveness handles).
 const MAX_NACK_RUN: u32 = 256;
 /// ACKs after the first that repeat a NACK.
 const NACK_REPEATS: u8 = 2;
-use crate::Instant;
+/// Disjoint ranges one feedback may name (a NACK frame each, 8 bytes).
+pub const MAX_NACK_RANGES: usize = 4;
+
+/// NACK ranges (first `path_seq`, count) waiting to be sent.
+pub type NackRanges = ArrayVec<(u32, u16), MAX_NACK_RANGES>;
+/// The NACK frames of one feedback.
+pub type Nacks = ArrayVec<NackFrame, MAX_NACK_RANGES>;
 
 /// What the receiver learns from one authenticated datagram on a path.
 #[derive(Debug, Clone, Copy)]
@@ -54,18 +64,20 @@ impl Path {
         self.rx_bytes += bytes as u64;
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += bytes as u64;
-        let mut gap = false;
+        let mut declared = false;
         if let Some((l, _)) = self.rx_largest {
+            let rtt = self.rtts();
+            let nack = &mut self.rx_nack;
             let ahead = path_seq.wrapping_sub(l) as i32;
             if ahead > 1 && (ahead as u32 - 1) <= MAX_NACK_RUN {
-                let nack = &mut self.rx_nack;
-                self.gaps
-                    .on_gap(now, l.wrapping_add(1), ahead as u32 - 1, |f, c| {
-                        note_missing(nack, f, c);
-                        gap = true;
-                    });
+                // Only a full `missing` list declares here, to make room.
+                let first = l.wrapping_add(1);
+                self.gaps.on_gap(now, first, ahead as u32 - 1, rtt, |f, c| {
+                    note_missing(nack, f, c);
+                    declared = true;
+                });
             } else if ahead < 0 {
-                self.gaps.on_late(now, path_seq, self.rtt.smoothed());
+                self.gaps.on_late(now, path_seq, rtt);
             }
         }
         if self
@@ -74,62 +86,91 @@ impl Path {
         {
             self.rx_largest = Some((path_seq, now));
         }
-        if !eliciting && !gap {
+        if !eliciting && !declared {
             return;
         }
         self.unacked_rx += 1;
-        if ping || gap || self.unacked_rx >= ACK_EVERY {
+        if ping || declared || self.unacked_rx >= ACK_EVERY {
             self.ack_deadline = Some(now);
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + self.ack_delay());
         }
     }
 
-    /// The reordering window, and the datagrams that arrived reordered inside it and after
-    /// being declared lost (`gaps.rs`).
-    pub fn reordering(&self) -> (core::time::Duration, u64, u64) {
+    /// What the reordering window is made of: this side's RTTs of the path.
+    fn rtts(&self) -> Rtts {
+        Rtts {
+            min: self.rtt.min(),
+            smoothed: self.rtt.smoothed(),
+            var: self.rtt.var(),
+        }
+    }
+
+    /// The reordering window (`gaps.rs`).
+    pub fn reorder_window(&self) -> core::time::Duration {
+        self.gaps.window(self.rtts())
+    }
+
+    /// The datagrams that arrived late inside their hole, that arrived after being
+    /// declared lost, and that were declared lost.
+    pub fn reordering(&self) -> (u64, u64, u64) {
         let g = &self.gaps;
-        (g.window(), g.reordered(), g.spurious())
+        (g.reordered(), g.spurious(), g.lost())
     }
 
-    /// When the oldest gap the reordering window holds open is due to be declared lost.
+    /// When the oldest missing datagram is due to be declared lost.
     pub fn loss_deadline(&self) -> Option<Instant> {
-        self.gaps.deadline()
+        self.gaps.deadline(self.rtts())
     }
 
-    /// Declares lost the gaps open for the reordering window: they go in the next NACK,
+    /// Declares lost the missing datagrams whose window passed: they go in the next NACK,
     /// which goes out at once.
     pub fn declare_overdue(&mut self, now: Instant) {
+        let rtt = self.rtts();
         let nack = &mut self.rx_nack;
-        if self.gaps.declare_due(now, |f, c| note_missing(nack, f, c)) {
+        if self
+            .gaps
+            .declare_due(now, rtt, |f, c| note_missing(nack, f, c))
+        {
             self.ack_deadline = Some(now);
         }
     }
 
-    /// The NACK to send with the next ACK: the pending one, else a repeat of the last one.
-    /// Each NACK goes out with `NACK_REPEATS` more ACKs after its own: they travel on the
-    /// path that is losing datagrams, and a NACK lost costs its repair (the sender ignores
-    /// a repeat, having already taken those packets out).
-    pub fn take_nack(&mut self) -> Option<NackFrame> {
-        if let Some((first, count)) = self.rx_nack.take() {
-            let n = NackFrame {
-                path: self.id.0,
-                first,
-                count,
-            };
-            self.rx_nack_repeat = Some((n, NACK_REPEATS));
-            return Some(n);
+    /// The NACKs to send with the next ACK: the pending ones, else a repeat of the last.
+    /// Each goes out with `NACK_REPEATS` more ACKs after its own: they travel on the path
+    /// that is losing datagrams, and a NACK lost costs its repair (the sender ignores a
+    /// repeat, having already taken those packets out).
+    pub fn take_nack(&mut self) -> Nacks {
+        if !self.rx_nack.is_empty() {
+            let id = self.id.0;
+            let n: Nacks = self
+                .rx_nack
+                .drain(..)
+                .map(|(first, count)| NackFrame {
+                    path: id,
+                    first,
+                    count,
+                })
+                .collect();
+            self.rx_nack_repeat = Some((n.clone(), NACK_REPEATS));
+            return n;
         }
-        let (n, left) = self.rx_nack_repeat.take()?;
+        let Some((n, left)) = self.rx_nack_repeat.take() else {
+            return Nacks::new();
+        };
         if left > 1 {
-            self.rx_nack_repeat = Some((n, left - 1));
+            self.rx_nack_repeat = Some((n.clone(), left - 1));
         }
-        Some(n)
+        n
     }
 
-    /// Whether a NACK (new or repeated) is waiting to be sent.
-    pub fn has_nack(&self) -> bool {
-        self.rx_nack.is_some() || self.rx_nack_repeat.is_some()
+    /// NACK frames (new or repeated) waiting to be sent.
+    pub fn nack_count(&self) -> usize {
+        if self.rx_nack.is_empty() {
+            self.rx_nack_repeat.as_ref().map_or(0, |(n, _)| n.len())
+        } else {
+            self.rx_nack.len()
+        }
     }
 
     /// When an ACK for this path is due.
@@ -165,21 +206,55 @@ impl Path {
     }
 }
 
-/// Adds `count` datagrams from `first` to the pending NACK `nack` (one range: the union with
-/// what is pending, which may re-report a datagram that arrived — a harmless duplicate).
-fn note_missing(nack: &mut Option<(u32, u16)>, first: u32, count: u32) {
+/// Adds `count` datagrams from `first` to the pending NACK ranges: merged with a range it
+/// touches or overlaps, else a range of its own; with every slot taken, merged with the
+/// last one (the union may name datagrams that arrived: harmless duplicates).
+fn note_missing(nack: &mut NackRanges, first: u32, count: u32) {
     // Wrapping order: `b` is after `a` if it is less than half the number space ahead.
     let after = |a: u32, b: u32| b.wrapping_sub(a) as i32 > 0;
-    let (start, end) = match *nack {
-        Some((f, c)) => {
-            let (e1, e2) = (f.wrapping_add(u32::from(c)), first.wrapping_add(count));
-            (
-                if after(f, first) { f } else { first },
-                if after(e1, e2) { e2 } else { e1 },
-            )
-        }
-        None => (first, first.wrapping_add(count)),
+    let end = first.wrapping_add(count);
+    let touches = |&(f, c): &(u32, u16)| {
+        let e = f.wrapping_add(u32::from(c));
+        !after(e, first) && !after(end, f)
     };
-    let run = end.wrapping_sub(start).min(MAX_NACK_RUN);
-    *nack = Some((start, run as u16));
+    let slot = match nack.iter().position(touches) {
+        Some(i) => i,
+        None if !nack.is_full() => {
+            nack.push((first, count.min(MAX_NACK_RUN) as u16));
+            return;
+        }
+        None => nack.len() - 1,
+    };
+    let (f, c) = nack[slot];
+    let e1 = f.wrapping_add(u32::from(c));
+    let start = if after(f, first) { f } else { first };
+    let stop = if after(e1, end) { end } else { e1 };
+    nack[slot] = (start, stop.wrapping_sub(start).min(MAX_NACK_RUN) as u16);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disjoint_ranges_stay_apart_and_touching_ones_merge() {
+        let mut n = NackRanges::new();
+        note_missing(&mut n, 10, 2);
+        note_missing(&mut n, 20, 1);
+        note_missing(&mut n, 12, 1); // touches 10..12
+        note_missing(&mut n, 19, 1); // touches 20
+        assert_eq!(n.as_slice(), &[(10, 3), (19, 2)]);
+        note_missing(&mut n, 30, 1);
+        note_missing(&mut n, 40, 1);
+        note_missing(&mut n, 50, 1); // no slot left: merged with the last
+        assert_eq!(n.as_slice(), &[(10, 3), (19, 2), (30, 1), (40, 11)]);
+    }
+
+    #[test]
+    fn ranges_merge_across_the_wrap() {
+        let mut n = NackRanges::new();
+        note_missing(&mut n, u32::MAX, 1);
+        note_missing(&mut n, 0, 2);
+        assert_eq!(n.as_slice(), &[(u32::MAX, 3)]);
+    }
 }

@@ -199,7 +199,13 @@ impl ReorderBuffer {
         out: &mut VecDeque<Vec<u8>>,
     ) {
         self.record_arrival(seq, order);
-        let next = *self.next.get_or_insert(seq);
+        // The in-order point starts at the session's first `data_seq` (0), not at the first
+        // arrival: taken as in order itself, a packet that overtook those before it was
+        // released ahead of them, and they came "late" — the inner TCP's first window,
+        // reordered by a link's jitter, read as duplicate ACKs, a window halved before the
+        // flow had started. Should the first numbers never come (a peer that kept its
+        // numbering across a new session), the gap is given up after one hold.
+        let next = *self.next.get_or_insert(0);
         if seq < next {
             if order != Order::Unordered {
                 self.on_late(now, seq);

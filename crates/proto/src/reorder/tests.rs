@@ -21,6 +21,30 @@ fn holds_until_gap_fills() {
 }
 
 #[test]
+fn a_flow_s_second_packet_arriving_first_waits_for_the_first() {
+    let mut b = ReorderBuffer::new(1 << 20);
+    let mut out = VecDeque::new();
+    b.insert(t(0), 1, vec![1], Order::After(0), &mut out);
+    b.insert(t(0), 2, vec![2], Order::After(1), &mut out);
+    assert!(out.is_empty(), "they wait for their predecessor");
+    b.insert(t(3), 0, vec![0], Order::FlowFirst, &mut out);
+    assert_eq!(out, [vec![0], vec![1], vec![2]]);
+    assert_eq!(b.stats().late, 0);
+}
+
+#[test]
+fn session_ordered_packets_arriving_first_wait_for_the_session_s_first() {
+    let mut b = ReorderBuffer::new(1 << 20);
+    let mut out = VecDeque::new();
+    b.insert(t(0), 2, vec![2], Order::Session, &mut out);
+    b.insert(t(1), 1, vec![1], Order::Session, &mut out);
+    assert!(out.is_empty());
+    b.insert(t(2), 0, vec![0], Order::Session, &mut out);
+    assert_eq!(out, [vec![0], vec![1], vec![2]]);
+    assert_eq!(b.stats().late, 0);
+}
+
+#[test]
 fn skips_gap_after_hold() {
     let mut b = ReorderBuffer::new(1 << 20);
     let mut out = VecDeque::new();

@@ -10,15 +10,18 @@ use core::time::Duration;
 
 /// How long after a gap opens its repair can land, at most. The gap opens when a packet
 /// behind it arrives, up to `spread` (the one-way lag of the slowest path) before the
-/// missing packet was due; the loss shows on its path one datagram later; the NACK then
+/// missing packet was due; the loss shows on its path one datagram later, and is declared
+/// once that path's reordering window (`path/gaps.rs`) has passed; the NACK then
 /// crosses back on that path and the copy crosses again on the fastest, about one round
 /// trip averaged over the lossy path (unknown at the receiver) and the fastest one; plus
 /// the hold's margin. Without the spread, a loss on the slow path was given up on before
 /// its repair arrived (10+10 Mbit/s at 1/25 ms: 159 holes skipped as lost, 270 repairs
-/// late, each a loss for the inner TCP).
-fn repair_wait(spread: Duration, lo: Duration, hi: Duration) -> Duration {
+/// late, each a loss for the inner TCP). (A second round, for a copy lost in its turn,
+/// was tried: holds of 300 ms on paths with 100 ms of queue fired the inner TCP's
+/// retransmission timer, which cost more than the one skip in a hundred losses it saved.)
+fn repair_wait(spread: Duration, (lo, hi): (Duration, Duration), reo_wnd: Duration) -> Duration {
     let rtt = (lo + hi) / 2;
-    spread + rtt + (rtt / 4).max(Duration::from_millis(10))
+    spread + reo_wnd + rtt + (rtt / 4).max(Duration::from_millis(10))
 }
 
 impl Session {
@@ -28,7 +31,7 @@ impl Session {
     /// stall delivery for long. A generous hold is cheap: holes known lost do not wait
     /// for it (`holes.rs`).
     pub fn reorder_hold(&self, now: Instant) -> Duration {
-        let (spread, lo, hi) = self.path_delays(now);
+        let (spread, _, _) = self.path_delays(now);
         // Margin for what the estimate cannot see: timestamps are taken when a datagram is
         // built, not when the driver's batch leaves, and arrival times per receive batch.
         // What late packets taught the buffer comes on top (`ReorderBuffer::extra`).
@@ -36,14 +39,25 @@ impl Session {
         // A lost packet is repaired (`reinject.rs`) once its NACK has crossed back and the
         // copy has crossed again: the hold must last that long, or the repair lands behind
         // a hole already given up on.
-        hold.max(repair_wait(spread, lo, hi))
+        hold.max(self.repair_wait(now))
             .clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 
     /// How long a repair takes, at most (see `repair_wait`).
     pub(super) fn repair_wait(&self, now: Instant) -> Duration {
         let (spread, lo, hi) = self.path_delays(now);
-        repair_wait(spread, lo, hi)
+        repair_wait(spread, (lo, hi), self.reorder_window())
+    }
+
+    /// The widest reordering window of the live paths: the longest a loss on one waits to
+    /// be declared.
+    fn reorder_window(&self) -> Duration {
+        self.paths
+            .iter()
+            .filter(|s| s.path.state() != PathState::Down)
+            .map(|s| s.path.reorder_window())
+            .max()
+            .unwrap_or_default()
     }
 
     /// How far the slowest active path lags the fastest one way, and the lowest and

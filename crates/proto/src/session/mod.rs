@@ -162,6 +162,9 @@ pub struct SessionCounters {
     pub reinjected: u64,
     /// Ordered data packets sent again because the peer reported their datagram lost.
     pub repaired: u64,
+    /// Tail loss probes sent (PINGs on a path whose last data went unacknowledged for a
+    /// probe timeout, `path/tail.rs`).
+    pub tail_probes: u64,
     /// Small striped packets sent in the datagram of the packet before them.
     pub tx_riders: u64,
     /// IP packets dropped because the caller's delivery buffer was too small for them.
@@ -441,6 +444,9 @@ impl Session {
             take(s.path.ack_deadline());
             take(s.path.loss_deadline());
             take(s.path.state_deadline());
+            if !s.ping_queued && self.keys.current.is_some() && s.in_flight.tail_repairable() {
+                take(s.path.tail_probe_deadline());
+            }
             if !s.ping_queued && self.keys.current.is_some() {
                 take(s.path.probe_deadline());
             }
@@ -479,6 +485,19 @@ impl Session {
             }
             if keyed && !s.ping_queued && s.path.probe_deadline().is_some_and(|d| d <= now) {
                 s.ping_queued = true;
+                self.jobs.push_back(Job::Ping { path: s.path.id() });
+            }
+            // A tail loss probe (`path/tail.rs`) is a PING too, sent only for data a NACK
+            // would repair.
+            let tail = s.in_flight.tail_repairable();
+            if keyed
+                && !s.ping_queued
+                && tail
+                && s.path.tail_probe_deadline().is_some_and(|d| d <= now)
+            {
+                s.ping_queued = true;
+                s.path.on_tail_probe();
+                self.counters.tail_probes += 1;
                 self.jobs.push_back(Job::Ping { path: s.path.id() });
             }
         }

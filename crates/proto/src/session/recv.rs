@@ -271,7 +271,7 @@ impl Session {
         // one: its clock, for one-way delay and rates.
         let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
         s.path.on_ack(now, a, peer_receive);
-        s.in_flight.on_ack(a.largest);
+        s.in_flight.on_ack(now, a.largest, s.path.repair_grace());
         if s.path.state() != before {
             let st = s.path.state();
             self.events.push_back(Event::PathState(PathId(a.path), st));

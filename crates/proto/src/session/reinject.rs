@@ -23,23 +23,32 @@
 //! that had copies elsewhere is dropped as a duplicate. Realtime packets are not (too late
 //! by then; FEC repairs them).
 //!
-//! Repair: the peer sees a gap in a path's `path_seq` as soon as the next datagram arrives
-//! on that path (paths are FIFO) and reports it in a NACK. The ordered (`aggregate`) data
-//! those datagrams carried is queued again, keeping its ORDERED flag, while the receiver's
-//! reorder buffer still holds the hole (its hold covers a repair: `Session::reorder_hold`).
+//! Repair: the peer sees a gap in a path's `path_seq` when the next datagram arrives on that
+//! path, and reports it in a NACK once RACK declares it lost (`path/gaps.rs`: at once on a
+//! path that has not reordered, after the reordering window on one that has). The ordered
+//! (`aggregate`) data those datagrams carried is queued again, keeping its ORDERED flag,
+//! while the receiver's reorder buffer still holds the hole (its hold covers a repair:
+//! `Session::reorder_hold`). An ACK's `largest` says nothing about the datagrams below it
+//! that are still missing at the peer, so what an ACK covers is kept for `grace` (the
+//! longest the peer's window can hold a hole back, plus the NACK's way) before it is
+//! forgotten: a NACK that comes after the reordering window still finds its data.
 //! So a loss on one path — a drop-tail overflow, a radio error — never reaches the inner
 //! TCP, whose congestion signal is the ingress queue's CoDel drops (each path's rate is the
 //! rate controller's business). `best` packets are not repaired: nothing paces them but
 //! the inner TCP, which must see its losses.
 //!
-//! Invariants: memory is bounded (`MAX_IN_FLIGHT` packets per path, `MAX_REINJECT` in the
-//! queue; the oldest go first when full, being the likeliest already recovered); a packet
-//! is reinjected at most once per path failure it was caught in.
+//! Invariants: memory is bounded (`MAX_IN_FLIGHT` packets per path not yet covered by an
+//! ACK and as many covered, `MAX_REINJECT` in the queue; the oldest go first when full,
+//! being the likeliest already recovered); a packet is reinjected at most once per path
+//! failure it was caught in, and only if no ACK covered it (covered packets most likely
+//! arrived).
 
 use super::Session;
 use crate::path::{PathId, PathState, PathView};
 use crate::policy::{LinkRule, Policy};
 use crate::wire::{DataFlags, NackFrame};
+use crate::Instant;
+use core::time::Duration;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -69,10 +78,12 @@ struct Sent {
     data: Reinjection,
 }
 
-/// One path's unacknowledged data, in send (= `path_seq`) order.
+/// One path's unacknowledged data, in send (= `path_seq`) order: not yet covered by an
+/// ACK, and covered but still within reach of a NACK (with when that reach ends).
 #[derive(Debug, Default)]
 pub(super) struct InFlight {
     sent: VecDeque<Sent>,
+    covered: VecDeque<(Instant, Sent)>,
 }
 
 /// Whether `a` is at or before `b` in wrapping `path_seq` order.
@@ -113,21 +124,36 @@ impl InFlight {
         });
     }
 
-    /// Forgets what the peer acknowledged: every datagram up to `largest`.
-    pub fn on_ack(&mut self, largest: u32) {
+    /// The peer acknowledged every datagram up to `largest` at `now`: they are covered,
+    /// and forgotten `grace` later (a NACK for one still missing at the peer comes
+    /// before). Covered packets whose grace ended are forgotten now.
+    pub fn on_ack(&mut self, now: Instant, largest: u32, grace: Duration) {
         while self
             .sent
             .front()
             .is_some_and(|s| seq_le(s.path_seq, largest))
         {
-            self.sent.pop_front();
+            if self.covered.len() >= MAX_IN_FLIGHT {
+                self.covered.pop_front();
+            }
+            let s = self.sent.pop_front().expect("front");
+            self.covered.push_back((now + grace, s));
+        }
+        while self.covered.front().is_some_and(|(until, _)| *until <= now) {
+            self.covered.pop_front();
         }
     }
 
-    /// Packets held.
+    /// Whether the last packet sent on the path is one a NACK would repair (ordered) and
+    /// no ACK covered it yet: a tail worth a loss probe (`path/tail.rs`).
+    pub fn tail_repairable(&self) -> bool {
+        self.sent.back().is_some_and(|s| s.data.flags.ordered())
+    }
+
+    /// Packets held, not covered and covered.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.sent.len()
+    pub fn len(&self) -> (usize, usize) {
+        (self.sent.len(), self.covered.len())
     }
 
     /// Removes and returns every packet held, in send order.
@@ -150,14 +176,30 @@ impl InFlight {
         taken.into()
     }
 
-    /// Removes and returns the packets of datagrams `first .. first + count`.
+    /// Removes and returns the packets of datagrams `first .. first + count`, covered or
+    /// not, in send order.
     fn take_range(&mut self, first: u32, count: u16) -> Vec<Reinjection> {
-        let (taken, kept): (VecDeque<Sent>, _) = std::mem::take(&mut self.sent)
-            .into_iter()
-            .partition(|s| s.path_seq.wrapping_sub(first) < u32::from(count));
-        self.sent = kept;
-        taken.into_iter().map(|s| s.data).collect()
+        let mut out: Vec<Reinjection> =
+            take_seqs(&mut self.covered, |c| c.1.path_seq, first, count)
+                .map(|c| c.1.data)
+                .collect();
+        out.extend(take_seqs(&mut self.sent, |s| s.path_seq, first, count).map(|s| s.data));
+        out
     }
+}
+
+/// Drains the entries of `list` (in wrapping `path_seq` order) numbered `first .. first +
+/// count`: a binary search, since a NACK names a few datagrams of a list of hundreds.
+fn take_seqs<T>(
+    list: &mut VecDeque<T>,
+    seq: impl Fn(&T) -> u32,
+    first: u32,
+    count: u16,
+) -> std::collections::vec_deque::Drain<'_, T> {
+    let key = |x: &T| seq(x).wrapping_sub(first) as i32;
+    let lo = list.partition_point(|x| key(x) < 0);
+    let hi = list.partition_point(|x| key(x) < i32::from(count));
+    list.drain(lo..hi.max(lo))
 }
 
 impl Session {
@@ -173,6 +215,7 @@ impl Session {
         let Some(slot) = self.slot_mut(PathId(n.path)) else {
             return;
         };
+        slot.path.on_nack(n.first, n.count);
         for r in slot.in_flight.take_range(n.first, n.count) {
             if r.flags.ordered() {
                 self.counters.repaired += 1;
@@ -233,19 +276,57 @@ mod tests {
         DataFlags::new(Policy::Aggregate.code(), true)
     }
 
+    const GRACE: Duration = Duration::from_millis(30);
+
+    fn ms(v: u64) -> Instant {
+        Instant::from_micros(v * 1000)
+    }
+
     #[test]
-    fn acks_prune_in_send_order_across_wrap() {
+    fn acks_cover_in_send_order_across_wrap_and_forget_after_the_grace() {
         let mut f = InFlight::default();
         for (i, seq) in [u32::MAX - 1, u32::MAX, 0, 1].into_iter().enumerate() {
             f.on_sent(seq, i as u64, (aggregate(), 0), None, &pkt());
         }
-        f.on_ack(u32::MAX);
-        assert_eq!(f.len(), 2, "the two before the wrap are acknowledged");
-        f.on_ack(0);
-        assert_eq!(f.len(), 1);
-        // An old ACK (reordered feedback) acknowledges nothing more.
-        f.on_ack(u32::MAX - 5);
-        assert_eq!(f.len(), 1);
+        f.on_ack(ms(0), u32::MAX, GRACE);
+        assert_eq!(f.len(), (2, 2), "the two before the wrap are covered");
+        f.on_ack(ms(10), 0, GRACE);
+        assert_eq!(f.len(), (1, 3));
+        // An old ACK (reordered feedback) covers nothing more; the grace of the first two
+        // has ended.
+        f.on_ack(ms(30), u32::MAX - 5, GRACE);
+        assert_eq!(f.len(), (1, 1));
+        f.on_ack(ms(40), 0, GRACE);
+        assert_eq!(f.len(), (1, 0));
+    }
+
+    #[test]
+    fn a_nack_after_the_ack_still_finds_its_data() {
+        let mut f = InFlight::default();
+        for seq in 0..10 {
+            f.on_sent(seq, u64::from(seq), (aggregate(), 0), None, &pkt());
+        }
+        // Datagram 3 is missing at the peer, which holds it for its reordering window
+        // while acknowledging up to 9.
+        f.on_ack(ms(0), 9, GRACE);
+        let lost: Vec<u64> = f.take_range(3, 1).iter().map(|s| s.data_seq).collect();
+        assert_eq!(lost, vec![3]);
+        assert_eq!(f.len(), (0, 9));
+        assert!(
+            f.take_range(3, 1).is_empty(),
+            "a repeated NACK finds nothing"
+        );
+    }
+
+    #[test]
+    fn a_failing_path_reinjects_only_what_no_ack_covered() {
+        let mut f = InFlight::default();
+        for seq in 0..10 {
+            f.on_sent(seq, u64::from(seq), (aggregate(), 0), None, &pkt());
+        }
+        f.on_ack(ms(0), 5, GRACE);
+        let again: Vec<u64> = f.take(false).iter().map(|s| s.data.data_seq).collect();
+        assert_eq!(again, vec![6, 7, 8, 9]);
     }
 
     #[test]
@@ -260,7 +341,7 @@ mod tests {
             .map(|s| s.data_seq)
             .collect();
         assert_eq!(lost, vec![1, 2]);
-        assert_eq!(f.len(), 3);
+        assert_eq!(f.len(), (3, 0));
         assert!(f.take_range(5, 10).is_empty(), "nothing sent there");
     }
 
@@ -275,11 +356,11 @@ mod tests {
             None,
             &pkt(),
         );
-        assert_eq!(f.len(), 0);
+        assert_eq!(f.len(), (0, 0));
         for i in 0..(MAX_IN_FLIGHT as u32 + 10) {
             f.on_sent(i, u64::from(i), (aggregate(), 0), None, &pkt());
         }
-        assert_eq!(f.len(), MAX_IN_FLIGHT);
+        assert_eq!(f.len(), (MAX_IN_FLIGHT, 0));
         // The oldest went first.
         assert_eq!(f.sent.front().map(|s| s.data.data_seq), Some(10));
     }

@@ -399,14 +399,14 @@ fn write_feedback(
 ) -> Option<bool> {
     // A pending NACK travels with the ACK and before it: the peer must see which
     // datagrams were lost before the ACK makes it forget everything below `largest`.
-    let nack_len = if path.has_nack() { NackFrame::LEN } else { 0 };
+    let nack_len = path.nack_count() * NackFrame::LEN;
     if room < AckFrame::LEN + nack_len {
         return Some(false);
     }
     let Some(ack) = path.take_ack(now, true) else {
         return Some(false);
     };
-    if let Some(n) = path.take_nack() {
+    for n in path.take_nack() {
         w.nack(&n).ok()?;
     }
     w.ack(&ack).ok()?;

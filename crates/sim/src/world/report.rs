@@ -119,6 +119,16 @@ pub struct TunnelCounters {
     pub queue_drops: [u64; 2],
     /// Packets dropped for lack of keys at the client / the server.
     pub no_key_drops: [u64; 2],
+    /// Ordered packets the client / the server sent again on its peer's NACK.
+    pub repaired: [u64; 2],
+    /// Packets the client / the server sent again because their path failed.
+    pub reinjected: [u64; 2],
+    /// Tail loss probes the client / the server sent.
+    pub tail_probes: [u64; 2],
+    /// Datagrams the server / the client declared lost (`path/gaps.rs`).
+    pub declared_lost: [u64; 2],
+    /// Of those, datagrams that arrived after all (spurious declarations).
+    pub spurious_lost: [u64; 2],
     /// Reorder buffer at the server (upstream) / the client (downstream).
     pub reorder: [CoreReorder; 2],
 }
@@ -181,6 +191,14 @@ fn add_session(t: &mut TunnelCounters, dir: usize, s: &Session) {
     t.rx_duplicates[1 - dir] += c.rx_duplicates;
     t.queue_drops[dir] += c.queue_drops;
     t.no_key_drops[dir] += c.no_key_drops;
+    t.repaired[dir] += c.repaired;
+    t.reinjected[dir] += c.reinjected;
+    t.tail_probes[dir] += c.tail_probes;
+    for p in s.paths() {
+        let (_, spurious, lost) = p.reordering();
+        t.declared_lost[1 - dir] += lost;
+        t.spurious_lost[1 - dir] += spurious;
+    }
     add_reorder(&mut t.reorder[1 - dir], s.reorder_stats());
 }
 

@@ -18,12 +18,14 @@ impl World {
                     let v = path.view(pi(now));
                     let l = path.loss_counters();
                     line += &format!(
-                        " | p{} bw={:.1} pace={:.1} cap={:.1} srtt={:.0} min={:.0} infl={} cwnd={} valid={} st={} cl={} el={} tx={}",
+                        " | p{} bw={:.1} pace={:.1} cap={:.1} srtt={:.0} min={:.0} infl={} cwnd={} valid={} st={} cl={} el={} tx={} reo={:.1} ro={:?}",
                         v.id.0, v.bandwidth_bps * 8e-6, v.pacing_bps * 8e-6,
                         path.capacity().unwrap_or(0.0) * 8e-6,
                         v.srtt.as_secs_f64() * 1e3, v.min_rtt.as_secs_f64() * 1e3,
                         v.inflight_bytes, v.cwnd_bytes, v.bw_valid, path.in_startup(),
-                        l.congestion, l.error, path.counters().tx_bytes
+                        l.congestion, l.error, path.counters().tx_bytes,
+                        path.reorder_window().as_secs_f64() * 1e3,
+                        path.reordering()
                     );
                 }
                 let q = sess.queue_drops();

@@ -57,6 +57,10 @@ struct Link {
     /// Extra delay, uniform in `[0, jitter)` per datagram: datagrams overtake each other
     /// (a link that reorders, as Wi-Fi and load-balanced routes do).
     jitter: Duration,
+    /// Drops the datagrams sent within `[from, to)` (not those already in flight).
+    drop_window: Option<(Instant, Instant)>,
+    /// Datagrams the link dropped (loss, blackhole, drop window, full queue).
+    dropped: u64,
     busy_until: Instant,
 }
 
@@ -68,6 +72,8 @@ impl Link {
             loss: 0.0,
             blackhole: false,
             jitter: Duration::ZERO,
+            drop_window: None,
+            dropped: 0,
             busy_until: Instant::ZERO,
         }
     }
@@ -270,13 +276,16 @@ impl Pair {
             &mut self.down[path as usize]
         };
         let roll = (self.rng.next_u32() as f64) / (u32::MAX as f64);
-        if link.blackhole || roll < link.loss {
+        let windowed = link.drop_window.is_some_and(|(a, b)| a <= now && now < b);
+        if link.blackhole || roll < link.loss || windowed {
+            link.dropped += 1;
             return;
         }
         let depart = match link.rate_bps {
             Some(r) => {
                 let start = link.busy_until.max(now);
                 if start.saturating_since(now) > Duration::from_millis(100) {
+                    link.dropped += 1;
                     return; // drop-tail: 100 ms of queue
                 }
                 let t = start + Duration::from_secs_f64(bytes.len() as f64 * 8.0 / r);
