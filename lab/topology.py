@@ -545,6 +545,14 @@ class Topology:
         """Stop the daemons (SIGTERM, the clean path); return their exit codes."""
         return {side: proc.stop(timeout=5) for side, proc in self.daemons.items()}
 
+    def stop_for_restart(self) -> None:
+        """Stop the daemons so that ``start`` can run again on the same links: a stale socket
+        file would let ``start`` go on before the new server listens, and keygen refuses to
+        overwrite a key, so both are removed (the daemons come back with fresh keys)."""
+        self.stop()
+        for path in [*self.sockets.values(), self.dir / "server.key", self.dir / "client.key"]:
+            path.unlink(missing_ok=True)
+
     def logs(self) -> str:
         return "\n".join(
             f"--- multihome {side} (pid {p.pid}) ---\n{p.tail(80)}"

@@ -70,12 +70,7 @@ def set_scheduler(topo: Topology, scheduler: str) -> None:
     if topo.daemons and topo.client_extra.get("aggregate_scheduler") == scheduler:
         return
     if topo.daemons:
-        topo.stop()
-        # A stale socket file would let start() go on before the new server listens, and
-        # keygen refuses to overwrite a key: both daemons come back with fresh keys.
-        stale = [*topo.sockets.values(), topo.dir / "server.key", topo.dir / "client.key"]
-        for path in stale:
-            path.unlink(missing_ok=True)
+        topo.stop_for_restart()
     topo.client_extra = {**topo.client_extra, "aggregate_scheduler": scheduler}
     topo.start()
 

@@ -60,11 +60,7 @@ def set_policy(topo: Topology, policy: str) -> None:
     if topo.daemons and topo.policy == policy:
         return
     if topo.daemons:
-        topo.stop()
-        # As lab/bench/aggregate_run.py: a stale socket or key would trip the restart.
-        stale = [*topo.sockets.values(), topo.dir / "server.key", topo.dir / "client.key"]
-        for path in stale:
-            path.unlink(missing_ok=True)
+        topo.stop_for_restart()
     topo.policy = policy
     # ``measure`` asks for the earliest scheduler: already set, it restarts nothing (a restart
     # there would reset the counters snapshotted around the flow).
