@@ -138,11 +138,20 @@ PATH_KEYS = (
     "congestion_losses",
     "error_losses",
     "rate_mode",
+    "pair_capacity_bps",
+    "standby",
 )
 # Client counters that say where a packet was held back or lost before the links.
 CLIENT_COUNTERS = ("codel_drops", "queue_drops", "queue_overflow_drops", "repaired", "reinjected")
 REORDER_KEYS = ("held", "skipped_gaps", "late", "lost_skips", "inserts", "displaced")
-SAMPLE_KEYS = ("delivery_rate_bps", "pacing_rate_bps", "cwnd_bytes", "inflight_bytes", "srtt_ms")
+SAMPLE_KEYS = (
+    "delivery_rate_bps",
+    "pacing_rate_bps",
+    "cwnd_bytes",
+    "inflight_bytes",
+    "srtt_ms",
+    "pair_capacity_bps",
+)
 
 
 def _paths(status: dict) -> dict[str, dict]:

@@ -30,6 +30,10 @@ use multihome_proto::Instant;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 
+/// Bytes in flight below which a path counts as idle for the detour manager: keepalive
+/// PINGs and ACKs (66–173 bytes) are in flight on every live path.
+const PROBE_INFLIGHT: u64 = 512;
+
 /// The manager and the socket of each detour path.
 pub struct Detours {
     manager: DetourManager,
@@ -128,7 +132,9 @@ impl Detours {
                         state: v.state,
                         min_rtt: v.measured.then_some(v.min_rtt),
                         rate_bps: v.bandwidth_bps,
-                        busy: v.bw_valid && v.inflight_bytes > 0,
+                        // Probes keep ~100 bytes in flight on an idle path: not data.
+                        busy: v.bw_valid && v.inflight_bytes > PROBE_INFLIGHT,
+                        error_loss: v.error_loss,
                     }
                 })
                 .collect();
@@ -161,6 +167,10 @@ impl Detours {
                 ManagerAction::RemovePath { path } => {
                     tracing::info!(path = path.0, "detour path removed");
                     client.set_link_available(now, path, false);
+                }
+                ManagerAction::Standby { path, standby } => {
+                    tracing::info!(path = path.0, standby, "path standby (shared bottleneck)");
+                    client.set_link_standby(path, standby);
                 }
             }
         }
@@ -212,7 +222,8 @@ impl Detours {
             "relays": relays,
             "candidates": cands,
             "added": c.added, "retired_dead": c.retired_dead, "retired_relay": c.retired_relay,
-            "retired_useless": c.retired_useless, "swapped": c.swapped, "refused": c.refused,
+            "retired_useless": c.retired_useless, "direct_standby": c.direct_standby,
+            "swapped": c.swapped, "refused": c.refused,
         })
     }
 }

@@ -22,11 +22,13 @@
 //! when its path has been Down for `dead_after`, when a renewal gets no ok answer (the relay
 //! stopped answering or forgot it), when its link goes down, or when it adds nothing: while
 //! both it and the direct path over the same link are busy for `useless_after`, their
-//! delivery rates together stay below (1 + `useless_gain`) × the direct path's rate when it
-//! was busy alone — the detour then shares the direct path's bottleneck (the access link),
-//! so it only splits the same capacity. A retired candidate waits `backoff` (`useless_backoff`
-//! when useless) before it is tried again; another candidate takes its place.
-//! [`DetourManager::release_all`] releases every detour (shutdown).
+//! delivery rates together stay below (1 + `useless_gain`) × what the direct path carries
+//! alone — the detour then shares the direct path's bottleneck (the access link), so it
+//! only splits the same capacity (a direct path never measured alone is measured by
+//! pausing the detour for 2 s); if the detour loses clearly less, the direct path goes on
+//! standby instead ([`Action::Standby`], `manager_shared.rs`). A retired candidate waits
+//! `backoff` (`useless_backoff` when useless) before it is tried again; another candidate
+//! takes its place. [`DetourManager::release_all`] releases every detour (shutdown).
 //!
 //! Relays come from the client's config and from the server's list
 //! ([`DetourManager::set_server_relays`]); a relay the server stops listing leaves
@@ -49,6 +51,8 @@ use std::time::Duration;
 
 #[path = "manager_relays.rs"]
 mod relays;
+#[path = "manager_shared.rs"]
+mod shared;
 
 /// A link the manager may detour.
 #[derive(Debug, Clone)]
@@ -59,6 +63,10 @@ struct Link {
     up: bool,
     /// Direct path's delivery rate while busy with no busy detour beside it (bytes/s).
     alone_rate: f64,
+    /// Since when the direct path has been busy with no busy detour beside it.
+    alone_since: Option<Instant>,
+    /// The direct path is on standby for this detour (`manager_shared.rs`).
+    standby: Option<shared::Standby>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -93,6 +101,8 @@ struct Active {
     renew: Option<RequestId>,
     down_since: Option<Instant>,
     busy_since: Option<Instant>,
+    /// Paused (on standby) to measure the direct path alone (`manager_shared.rs`).
+    pause: Option<shared::Pause>,
 }
 
 #[derive(Debug, Clone)]
@@ -327,6 +337,7 @@ impl DetourManager {
             renew: None,
             down_since: None,
             busy_since: None,
+            pause: None,
         });
         self.counters.added += 1;
         self.actions.push_back(self.add_action(c, slot, port));
@@ -348,6 +359,13 @@ impl DetourManager {
     fn retire(&mut self, now: Instant, c: usize, backoff: Duration) {
         match self.cands[c].state {
             State::Active(a) => {
+                if a.pause.is_some() {
+                    // The slot may carry another detour later: not on standby then.
+                    self.actions.push_back(Action::Standby {
+                        path: a.slot,
+                        standby: false,
+                    });
+                }
                 self.actions.push_back(Action::RemovePath { path: a.slot });
                 self.request(now, c, true);
             }
@@ -388,26 +406,21 @@ impl DetourManager {
                     PathState::Down => a.down_since.or(Some(now)),
                     _ => None,
                 };
+                if a.pause.is_some() {
+                    self.cands[c].state = State::Active(a);
+                    self.end_pause(now, li, c, &direct);
+                    continue;
+                }
                 a.busy_since = (p.busy && direct.busy).then(|| a.busy_since.unwrap_or(now));
                 self.cands[c].state = State::Active(a);
                 if a.busy_since
                     .is_some_and(|t| now.saturating_since(t) >= self.cfg.useless_after)
                 {
-                    let alone = self.links[li].alone_rate;
-                    if alone > 0.0
-                        && direct.rate_bps + p.rate_bps < alone * (1.0 + self.cfg.useless_gain)
-                    {
-                        self.counters.retired_useless += 1;
-                        self.retire(now, c, self.cfg.useless_backoff);
-                    } else if let State::Active(a) = &mut self.cands[c].state {
-                        a.busy_since = Some(now); // judged useful: judge again later
-                    }
+                    self.judge_shared(now, li, c, &direct, &p);
                 }
             }
-            if direct.busy && !detour_busy {
-                // The path's estimate is already max-filtered over its own window.
-                self.links[li].alone_rate = direct.rate_bps;
-            }
+            self.upkeep_standby(now, li);
+            self.note_alone(now, li, direct.busy && !detour_busy, direct.rate_bps);
         }
     }
 
@@ -552,6 +565,9 @@ impl DetourManager {
     pub fn release_all(&mut self, now: Instant) {
         for c in 0..self.cands.len() {
             self.retire(now, c, Duration::ZERO);
+        }
+        for li in 0..self.links.len() {
+            self.upkeep_standby(now, li);
         }
     }
 

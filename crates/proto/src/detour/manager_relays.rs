@@ -46,6 +46,8 @@ impl DetourManager {
             server,
             up: true,
             alone_rate: 0.0,
+            alone_since: None,
+            standby: None,
         });
         for ri in 0..self.relays.len() {
             self.cands.push(Candidate::new(li, ri));

@@ -128,6 +128,7 @@ impl Sim {
                     min_rtt: None,
                     rate_bps: 0.0,
                     busy: false,
+                    error_loss: 0.0,
                 })
             })
             .collect();
@@ -172,6 +173,7 @@ impl Sim {
                 ManagerAction::RemovePath { path } => {
                     assert!(self.paths.remove(path).is_some(), "removed an unknown path");
                 }
+                ManagerAction::Standby { .. } => {}
             }
             self.log.push(a);
         }
@@ -250,6 +252,7 @@ fn dead_path_is_replaced() {
             min_rtt: None,
             rate_bps: 0.0,
             busy: false,
+            error_loss: 0.0,
         },
     );
     s.run(Duration::from_secs(9));
@@ -269,6 +272,7 @@ fn busy(id: PathId, rate: f64) -> PathObs {
         min_rtt: Some(Duration::from_millis(20)),
         rate_bps: rate,
         busy: true,
+        error_loss: 0.0,
     }
 }
 
@@ -283,12 +287,129 @@ fn useless_detour_is_dropped_useful_one_kept() {
         let p = s.path_named("l0 via r0");
         s.obs.insert(PathId(0), busy(PathId(0), 520.0));
         s.obs.insert(p, busy(p, detour_rate));
-        s.run(Duration::from_secs(9));
+        s.run(Duration::from_secs(4));
         assert_eq!(s.paths.len(), 1, "judged before useless_after");
         s.run(Duration::from_secs(2));
         assert_eq!(s.paths.len() == 1, kept, "rate {detour_rate}");
         assert_eq!(s.m.counters().retired_useless, u64::from(!kept));
     }
+}
+
+/// The standby actions on `path` so far.
+fn standby_log(s: &Sim, path: PathId) -> Vec<bool> {
+    s.log
+        .iter()
+        .filter_map(|a| match a {
+            ManagerAction::Standby { path: p, standby } if *p == path => Some(*standby),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `s` with the direct path (0) and detour `p` both busy at the given rates until
+/// the detour is paused to measure the direct path alone, then the pause with the direct
+/// path alone at `alone`; returns the observation of the direct path during the pause.
+fn pause_and_measure(s: &mut Sim, p: PathId, rates: (f64, f64), alone: f64, loss: f64) {
+    let direct = PathObs {
+        error_loss: loss,
+        ..busy(PathId(0), rates.0)
+    };
+    s.obs.insert(PathId(0), direct);
+    s.obs.insert(p, busy(p, rates.1));
+    s.run(Duration::from_secs(4));
+    assert!(standby_log(s, p).is_empty(), "paused before useless_after");
+    for _ in 0..200 {
+        if !standby_log(s, p).is_empty() {
+            break;
+        }
+        s.run(STEP);
+    }
+    assert_eq!(standby_log(s, p), [true], "the detour is paused");
+    assert_eq!(s.paths.len(), 1, "a pause keeps the detour");
+    s.obs.insert(
+        PathId(0),
+        PathObs {
+            rate_bps: alone,
+            ..direct
+        },
+    );
+    s.obs.insert(
+        p,
+        PathObs {
+            busy: false,
+            ..busy(p, rates.1)
+        },
+    );
+    s.run(Duration::from_millis(2100));
+    assert_eq!(standby_log(s, p), [true, false], "the pause ends");
+}
+
+/// A direct path never measured alone (the detour was up before the first transfer): a
+/// clean pair is left as it is (a pause would cost more than a useless clean detour); with
+/// a lossy direct path the detour pauses once to measure it, and one that adds capacity is
+/// kept beside it.
+#[test]
+fn never_measured_alone_only_a_lossy_direct_path_is_measured() {
+    let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    s.obs.insert(PathId(0), busy(PathId(0), 520.0));
+    s.obs.insert(p, busy(p, 500.0));
+    s.run(Duration::from_secs(12));
+    assert!(standby_log(&s, p).is_empty(), "no pause for a clean pair");
+    assert_eq!(s.paths.len(), 1);
+
+    let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    pause_and_measure(&mut s, p, (520.0, 800.0), 1000.0, 0.008);
+    assert_eq!(s.paths.len(), 1, "a detour that adds is kept");
+    assert_eq!(s.m.counters().direct_standby, 0);
+    s.obs.insert(
+        PathId(0),
+        PathObs {
+            error_loss: 0.008,
+            ..busy(PathId(0), 520.0)
+        },
+    );
+    s.obs.insert(p, busy(p, 800.0));
+    s.run(Duration::from_secs(12));
+    assert_eq!(standby_log(&s, p).len(), 2, "measured once");
+}
+
+/// A detour sharing the direct path's bottleneck that loses clearly less takes the link's
+/// data: the direct path goes on standby, and comes off it when the detour is gone.
+#[test]
+fn a_cleaner_detour_puts_the_lossy_direct_path_on_standby() {
+    let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    pause_and_measure(&mut s, p, (550.0, 450.0), 1000.0, 0.008);
+    assert_eq!(s.names(), vec!["l0 via r0"], "the detour is kept");
+    assert_eq!(s.m.counters().direct_standby, 1);
+    assert_eq!(s.m.counters().retired_useless, 0);
+    assert_eq!(standby_log(&s, PathId(0)), [true]);
+    // On standby the direct path is idle; the detour then dies and is retired: the direct
+    // path is back.
+    s.obs.insert(
+        PathId(0),
+        PathObs {
+            busy: false,
+            error_loss: 0.008,
+            ..busy(PathId(0), 1000.0)
+        },
+    );
+    s.obs.insert(
+        p,
+        PathObs {
+            state: PathState::Down,
+            busy: false,
+            ..busy(p, 0.0)
+        },
+    );
+    s.run(Duration::from_secs(11));
+    assert_eq!(s.m.counters().retired_dead, 1);
+    assert_eq!(standby_log(&s, PathId(0)), [true, false]);
 }
 
 /// A clearly better waiting candidate replaces the worst path once that path was held for

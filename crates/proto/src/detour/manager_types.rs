@@ -58,7 +58,7 @@ pub struct ManagerConfig {
 
 impl ManagerConfig {
     /// Defaults: detours found in 1 s, dead after 10 s Down, retried after 60 s, useless
-    /// after 10 s below +10 % (retried after 10 min), swaps after 30 s, reprobes every 5 min,
+    /// after 5 s below +10 % (retried after 10 min), swaps after 30 s, reprobes every 5 min,
     /// paths through a relay the server no longer lists kept at most 10 s.
     pub fn new(local_key: StaticSecret, wall_origin_us: u64, detours: usize, links: u8) -> Self {
         ManagerConfig {
@@ -69,7 +69,7 @@ impl ManagerConfig {
             probe_window: Duration::from_secs(1),
             dead_after: Duration::from_secs(10),
             backoff: Duration::from_secs(60),
-            useless_after: Duration::from_secs(10),
+            useless_after: Duration::from_secs(5),
             useless_gain: 0.10,
             useless_backoff: Duration::from_secs(600),
             min_hold: Duration::from_secs(30),
@@ -98,6 +98,16 @@ pub enum Action {
         /// The detour's path id.
         path: PathId,
     },
+    /// Put path `path` on standby, or take it off standby: a direct path whose detour
+    /// shares its bottleneck and loses less, or a detour paused while its direct path is
+    /// measured alone. A standby path stays live and carries data only while no other path
+    /// is `Up`.
+    Standby {
+        /// The direct path (a link).
+        path: PathId,
+        /// On or off.
+        standby: bool,
+    },
 }
 
 /// A request datagram: send `data` to `dst` from link `link`'s socket.
@@ -124,6 +134,8 @@ pub struct PathObs {
     pub rate_bps: f64,
     /// Whether the path is busy (rate measured while not application-limited).
     pub busy: bool,
+    /// Recent rate of losses judged transmission errors, 0..=1.
+    pub error_loss: f64,
 }
 
 /// Where a relay came from.
@@ -188,6 +200,8 @@ pub struct ManagerCounters {
     pub retired_relay: u64,
     /// Retired as useless (shared bottleneck).
     pub retired_useless: u64,
+    /// Direct paths put on standby for a detour sharing their bottleneck that loses less.
+    pub direct_standby: u64,
     /// Retired for a better candidate.
     pub swapped: u64,
     /// Requests refused or unanswered.

@@ -66,6 +66,8 @@ pub struct LinkInfo {
     pub available: bool,
     /// Relative cost (`PathConfig::cost`), kept here so a new session keeps it.
     pub cost: u32,
+    /// On standby (`PathConfig::standby`), kept here so a new session keeps it.
+    pub standby: bool,
 }
 
 struct Pending {
@@ -161,6 +163,7 @@ impl Client {
                 remote,
                 available: true,
                 cost: 1,
+                standby: false,
             }),
         }
         // An existing path is re-pointed (a detour path id used again for another relay).
@@ -175,6 +178,15 @@ impl Client {
             l.cost = cost;
         }
         self.session.set_path_cost(id, cost);
+    }
+
+    /// Puts a link's path on standby or takes it off (`PathConfig::standby`): the detour
+    /// manager's answer to a detour that shares the link's bottleneck and loses less.
+    pub fn set_link_standby(&mut self, id: PathId, standby: bool) {
+        if let Some(l) = self.links.iter_mut().find(|l| l.id == id) {
+            l.standby = standby;
+        }
+        self.session.set_path_standby(id, standby);
     }
 
     /// Marks a link's interface usable or not (netlink up/down, address gone).
@@ -378,6 +390,7 @@ impl Client {
             self.session.ensure_path(now, l.id, l.remote);
             self.session.set_path_available(now, l.id, l.available);
             self.session.set_path_cost(l.id, l.cost);
+            self.session.set_path_standby(l.id, l.standby);
         }
     }
 

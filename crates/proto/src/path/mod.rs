@@ -142,6 +142,9 @@ pub struct PathView {
     pub fwd_queue: Duration,
     /// What sending on the path costs, relative to the others (`PathConfig::cost`).
     pub cost: u32,
+    /// On standby (`PathConfig::standby`): schedulers use it only while no other path is
+    /// `Up` (`sched::preferred`).
+    pub standby: bool,
 }
 
 impl PathView {
@@ -184,6 +187,9 @@ pub struct PathConfig {
     /// Relative cost of a byte on the path (a metered LTE link costs more than DSL; default
     /// 1): redundancy and FEC parity go on the cheapest paths that meet their targets.
     pub cost: u32,
+    /// On standby: live, but carrying data only while no other path is `Up` (a detour
+    /// that loses less shares its bottleneck, `detour/manager_shared.rs`).
+    pub standby: bool,
 }
 
 impl PathConfig {
@@ -193,6 +199,7 @@ impl PathConfig {
             detect,
             probe_interval: detect / 4,
             cost: 1,
+            standby: false,
         }
     }
 }
@@ -463,12 +470,18 @@ impl Path {
             capacity_bps: self.control.capacity().unwrap_or(0.0),
             fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
             cost: self.cfg.cost,
+            standby: self.cfg.standby,
         }
     }
 
     /// Sets the path's relative cost (`PathConfig::cost`).
     pub fn set_cost(&mut self, cost: u32) {
         self.cfg.cost = cost;
+    }
+
+    /// Puts the path on standby or takes it off (`PathConfig::standby`).
+    pub fn set_standby(&mut self, standby: bool) {
+        self.cfg.standby = standby;
     }
 
     /// Records a datagram of `bytes` being sent now; returns its `path_seq`. Only

@@ -64,7 +64,8 @@ impl Scheduler for BestPath {
                 let proven = best
                     .up_since
                     .is_some_and(|t| now.saturating_since(t) >= self.hold);
-                let c_healthy = c.state == PathState::Up;
+                // A path on standby is as good as unhealthy while another is `Up`.
+                let c_healthy = c.state == PathState::Up && (!c.standby || best.standby);
                 if (proven && clearly_better(best, c))
                     || (!c_healthy && best.state == PathState::Up)
                 {
@@ -118,6 +119,20 @@ mod tests {
         let first = pick(&mut s, 0, &[a, b]);
         let c = view(0, PathState::Up, 18, 10.0);
         assert_eq!(pick(&mut s, 10, &[c, b]), first);
+    }
+
+    /// The current path put on standby is left at once for an `Up` one, and taken back
+    /// when it comes off standby (after the hold, as any failback).
+    #[test]
+    fn leaves_a_path_put_on_standby() {
+        let mut s = BestPath::new(Duration::from_secs(3));
+        let mut direct = view(0, PathState::Up, 10, 10.0);
+        let detour = view(1, PathState::Up, 30, 10.0);
+        assert_eq!(pick(&mut s, 0, &[direct, detour]), 0);
+        direct.standby = true;
+        assert_eq!(pick(&mut s, 100, &[direct, detour]), 1);
+        direct.standby = false;
+        assert_eq!(pick(&mut s, 4000, &[direct, detour]), 0);
     }
 
     #[test]

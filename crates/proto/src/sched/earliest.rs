@@ -141,6 +141,30 @@ mod tests {
         assert_eq!(s.select(Instant::ZERO, &[fast, slow], 1500), one(slow.id));
     }
 
+    /// A path on standby carries data only while no other path is `Up`, however early
+    /// it would deliver.
+    #[test]
+    fn a_standby_path_only_when_no_other_is_up() {
+        let mut s = EarliestArrival::new();
+        let mut direct = view(0, PathState::Up, 20, 50.0);
+        direct.standby = true;
+        let mut detour = view(1, PathState::Up, 60, 10.0);
+        assert_eq!(
+            s.select(Instant::ZERO, &[direct, detour], 1500),
+            one(detour.id)
+        );
+        detour.state = PathState::Suspect;
+        assert_eq!(
+            s.select(Instant::ZERO, &[direct, detour], 1500),
+            one(direct.id)
+        );
+        direct.state = PathState::Down;
+        assert_eq!(
+            s.select(Instant::ZERO, &[direct, detour], 1500),
+            one(detour.id)
+        );
+    }
+
     #[test]
     fn waits_when_every_path_is_paced_or_full() {
         let mut s = EarliestArrival::new();

@@ -50,17 +50,23 @@ pub trait Scheduler: Send {
     fn select(&mut self, now: Instant, paths: &[PathView], len: usize) -> Selection;
 }
 
-/// Paths usable for data, preferring `Up` ones: if any path is `Up`, only `Up` paths;
-/// otherwise the `Suspect` ones.
+/// Paths usable for data, best tier first: `Up` paths; else `Up` ones on standby; else
+/// `Suspect` ones; else `Suspect` ones on standby. Never a `Down` path.
 pub fn preferred(paths: &[PathView]) -> impl Iterator<Item = &PathView> {
-    let any_up = paths.iter().any(|p| p.state == PathState::Up);
-    paths.iter().filter(move |p| {
-        if any_up {
-            p.state == PathState::Up
-        } else {
-            p.state == PathState::Suspect
-        }
-    })
+    let best = paths.iter().filter_map(tier).min();
+    paths
+        .iter()
+        .filter(move |p| best.is_some() && tier(p) == best)
+}
+
+/// A path's rank for `preferred` (lower is better; `None`: not usable).
+fn tier(p: &PathView) -> Option<u8> {
+    let state = match p.state {
+        PathState::Up => 0,
+        PathState::Suspect => 2,
+        PathState::Down => return None,
+    };
+    Some(state + u8::from(p.standby))
 }
 
 /// A single-path selection.
@@ -95,6 +101,7 @@ pub(crate) mod testutil {
             capacity_bps: 0.0,
             fwd_queue: Duration::ZERO,
             cost: 1,
+            standby: false,
         }
     }
 }

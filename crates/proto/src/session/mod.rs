@@ -399,6 +399,13 @@ impl Session {
         }
     }
 
+    /// Puts a path on standby or takes it off (`PathConfig::standby`).
+    pub fn set_path_standby(&mut self, id: PathId, standby: bool) {
+        if let Some(s) = find_slot(&mut self.paths, id) {
+            s.path.set_standby(standby);
+        }
+    }
+
     /// Forgets a path entirely.
     pub fn remove_path(&mut self, id: PathId) {
         self.paths.retain(|s| s.path.id() != id);
