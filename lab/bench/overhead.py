@@ -36,6 +36,10 @@ REFERENCE = {
 }
 SYSTEMS = ("direct", "multihome", "openvpn", "wireguard-go")
 STREAMS = 4
+# Process names (``/proc/<pid>/comm``) of each system's tunnel programs; ``go install``
+# names wireguard-go's binary ``wireguard``.
+PROCESSES = {"multihome": ("multihome",), "openvpn": ("openvpn",)}
+PROCESSES["wireguard-go"] = ("wireguard-go", "wireguard")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -45,7 +49,7 @@ def tunnel_ticks(topo: Topology, system: str) -> int:
     for ns in (topo.cli, topo.srv):
         for pid in ns.run(["ip", "netns", "pids", ns.name], check=False).stdout.split():
             try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() != system[:15]:
+                if Path(f"/proc/{pid}/comm").read_text().strip() not in PROCESSES.get(system, ()):
                     continue
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:  # gone meanwhile
