@@ -57,6 +57,9 @@ def topology(tag: str) -> tuple[str, str, str]:
     nsx(r, "ip", "addr", "add", "203.0.113.1/24", "dev", "rs")
     nsx(c, "ip", "addr", "add", f"{CLIENT_IP}/24", "dev", "cr")
     nsx(s, "ip", "addr", "add", f"{SERVER_IP}/24", "dev", "sr")
+    # The relay host routes (NAT detours, iperf3's control connection): a new namespace
+    # starts with forwarding off unless the host's sysctls are inherited.
+    nsx(r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     # Only for iperf3's TCP control connection (DNATed by the bench table, not SNATed).
     nsx(s, "ip", "route", "add", "198.51.100.0/24", "via", "203.0.113.1")
     return c, r, s
