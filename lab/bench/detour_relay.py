@@ -11,9 +11,10 @@ from that port to the relay port:
   (recvmmsg/sendmmsg) on one core; the rate the server receives and the relay's CPU (on the
   2 shared cores the iperf3 sender and receiver compete with the relay).
 
-iperf3's TCP control connection is not a detour: a table of the benchmark's own DNATs it
-to the server (and the server routes back through the relay). Writes
-``bench/results/detour-relay.json`` with the revision (``lab/results.py``).
+iperf3 is pointed at the relay's address and the server's iperf3 port: a table of the
+benchmark's own in the relay DNATs its TCP control connection to the server (and the server
+routes back through the relay), one in the client sends its UDP datagrams to the detour's
+port. Writes ``bench/results/detour-relay.json`` with the revision (``lab/results.py``).
 
 Run (as root): ``.venv/bin/python -m lab.bench detour-relay [--seconds 10]`` (or
 ``.venv/bin/python -m lab.bench.detour_relay``).
@@ -84,16 +85,24 @@ def request(binary: Path, client_ns: str, relay_pub: str, key: Path, mode: str) 
     return json.loads(out)
 
 
-def control_dnat(relay_ns: str, port: int) -> None:
-    """iperf3's TCP control connection to relay:port goes to the server (bench table)."""
-    rules = (
-        "table ip dtbench\ndelete table ip dtbench\ntable ip dtbench {\n"
-        "  chain pre { type nat hook prerouting priority dstnat; policy accept;\n"
-        f"    tcp dport {port} dnat to {SERVER_IP}:{IPERF_PORT}\n  }}\n}}\n"
+def control_dnat(relay_ns: str, client_ns: str, port: int) -> None:
+    """iperf3 talks to relay:IPERF_PORT: its TCP control connection is DNATed to the server
+    (bench table in the relay), its UDP datagrams to the detour's port (bench table in the
+    client). The control connection cannot use the detour's port: the relay's own table
+    drops forwarded TCP to its detour ports that no ``nat-tcp`` detour asked for."""
+    nft = "table ip dtbench\ndelete table ip dtbench\ntable ip dtbench {\n"
+    relay_rules = (
+        f"{nft}  chain pre {{ type nat hook prerouting priority dstnat; policy accept;\n"
+        f"    tcp dport {IPERF_PORT} dnat to {SERVER_IP}:{IPERF_PORT}\n  }}\n}}\n"
     )
-    subprocess.run(
-        ["ip", "netns", "exec", relay_ns, "nft", "-f", "-"], input=rules, text=True, check=True
+    client_rules = (
+        f"{nft}  chain out {{ type nat hook output priority -100; policy accept;\n"
+        f"    ip daddr {RELAY_IP} udp dport {IPERF_PORT} dnat to {RELAY_IP}:{port}\n  }}\n}}\n"
     )
+    for ns, rules in ((relay_ns, relay_rules), (client_ns, client_rules)):
+        subprocess.run(
+            ["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True
+        )
 
 
 def iperf_udp(client_ns: str, port: int, mbps: int, seconds: float) -> dict:
@@ -166,9 +175,9 @@ def run_mode(mode: str, mbps: int, seconds: float, multihome: Path, tool: Path) 
             time.sleep(0.3)
             answer = request(tool, c, relay_pub, d / "c.key", mode)
             port = answer["relay_port"]
-            control_dnat(r, port)
+            control_dnat(r, c, port)
             t0, ticks0 = time.monotonic(), cpu_ticks(pid)
-            res = iperf_udp(c, port, mbps, seconds)
+            res = iperf_udp(c, IPERF_PORT, mbps, seconds)
             dt, ticks = time.monotonic() - t0, cpu_ticks(pid) - ticks0
             res |= {
                 "answer": answer,
