@@ -71,6 +71,13 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
 
 
+def udp_rcvbuf_errors(ns: str) -> int:
+    """Datagrams the namespace's UDP sockets dropped for a full receive buffer so far."""
+    lines = [ln.split() for ln in nsx(ns, "cat", "/proc/net/snmp").splitlines()]
+    udp = [ln for ln in lines if ln[0] == "Udp:"]
+    return int(dict(zip(udp[0][1:], udp[1][1:], strict=True))["RcvbufErrors"])
+
+
 def request(binary: Path, client_ns: str, relay_pub: str, key: Path, mode: str) -> dict:
     out = nsx(
         client_ns,
@@ -180,6 +187,9 @@ def run_mode(mode: str, mbps: int, seconds: float, multihome: Path, tool: Path) 
             res = iperf_udp(c, IPERF_PORT, mbps, seconds)
             dt, ticks = time.monotonic() - t0, cpu_ticks(pid) - ticks0
             res |= {
+                # Where the datagrams were lost: the relay's socket or the iperf3 server's.
+                "relay_rcvbuf_drops": udp_rcvbuf_errors(r),
+                "server_rcvbuf_drops": udp_rcvbuf_errors(s),
                 "answer": answer,
                 "offered_mbps": mbps or "unlimited",
                 "relay_cpu_seconds": ticks / os.sysconf("SC_CLK_TCK"),
