@@ -120,6 +120,10 @@ def iperf_udp(client_ns: str, port: int, mbps: int, seconds: float) -> dict:
         "-u",
         "-l",
         "1400",
+        # 4 MB socket buffers at both ends (the sysctl cap here): with the default ~200 KB
+        # the iperf3 receiver, not the relay, dropped most of what was lost.
+        "-w",
+        "4M",
         "-b",
         f"{mbps}M" if mbps else "0",
         "-t",
