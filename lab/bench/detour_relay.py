@@ -11,9 +11,10 @@ from that port to the relay port:
   (recvmmsg/sendmmsg) on one core; the rate the server receives and the relay's CPU (on the
   2 shared cores the iperf3 sender and receiver compete with the relay).
 
-iperf3's TCP control connection is not a detour: a table of the benchmark's own DNATs it
-to the server (and the server routes back through the relay). Writes
-``bench/results/detour-relay.json`` with the revision (``lab/results.py``).
+iperf3 is pointed at the relay's address and the server's iperf3 port: a table of the
+benchmark's own in the relay DNATs its TCP control connection to the server (and the server
+routes back through the relay), one in the client sends its UDP datagrams to the detour's
+port. Writes ``bench/results/detour-relay.json`` with the revision (``lab/results.py``).
 
 Run (as root): ``.venv/bin/python -m lab.bench detour-relay [--seconds 10]`` (or
 ``.venv/bin/python -m lab.bench.detour_relay``).
@@ -57,6 +58,9 @@ def topology(tag: str) -> tuple[str, str, str]:
     nsx(r, "ip", "addr", "add", "203.0.113.1/24", "dev", "rs")
     nsx(c, "ip", "addr", "add", f"{CLIENT_IP}/24", "dev", "cr")
     nsx(s, "ip", "addr", "add", f"{SERVER_IP}/24", "dev", "sr")
+    # The relay host routes (NAT detours, iperf3's control connection): a new namespace
+    # starts with forwarding off unless the host's sysctls are inherited.
+    nsx(r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     # Only for iperf3's TCP control connection (DNATed by the bench table, not SNATed).
     nsx(s, "ip", "route", "add", "198.51.100.0/24", "via", "203.0.113.1")
     return c, r, s
@@ -65,6 +69,13 @@ def topology(tag: str) -> tuple[str, str, str]:
 def cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def udp_rcvbuf_errors(ns: str) -> int:
+    """Datagrams the namespace's UDP sockets dropped for a full receive buffer so far."""
+    lines = [ln.split() for ln in nsx(ns, "cat", "/proc/net/snmp").splitlines()]
+    udp = [ln for ln in lines if ln[0] == "Udp:"]
+    return int(dict(zip(udp[0][1:], udp[1][1:], strict=True))["RcvbufErrors"])
 
 
 def request(binary: Path, client_ns: str, relay_pub: str, key: Path, mode: str) -> dict:
@@ -81,16 +92,24 @@ def request(binary: Path, client_ns: str, relay_pub: str, key: Path, mode: str) 
     return json.loads(out)
 
 
-def control_dnat(relay_ns: str, port: int) -> None:
-    """iperf3's TCP control connection to relay:port goes to the server (bench table)."""
-    rules = (
-        "table ip dtbench\ndelete table ip dtbench\ntable ip dtbench {\n"
-        "  chain pre { type nat hook prerouting priority dstnat; policy accept;\n"
-        f"    tcp dport {port} dnat to {SERVER_IP}:{IPERF_PORT}\n  }}\n}}\n"
+def control_dnat(relay_ns: str, client_ns: str, port: int) -> None:
+    """iperf3 talks to relay:IPERF_PORT: its TCP control connection is DNATed to the server
+    (bench table in the relay), its UDP datagrams to the detour's port (bench table in the
+    client). The control connection cannot use the detour's port: the relay's own table
+    drops forwarded TCP to its detour ports that no ``nat-tcp`` detour asked for."""
+    nft = "table ip dtbench\ndelete table ip dtbench\ntable ip dtbench {\n"
+    relay_rules = (
+        f"{nft}  chain pre {{ type nat hook prerouting priority dstnat; policy accept;\n"
+        f"    tcp dport {IPERF_PORT} dnat to {SERVER_IP}:{IPERF_PORT}\n  }}\n}}\n"
     )
-    subprocess.run(
-        ["ip", "netns", "exec", relay_ns, "nft", "-f", "-"], input=rules, text=True, check=True
+    client_rules = (
+        f"{nft}  chain out {{ type nat hook output priority -100; policy accept;\n"
+        f"    ip daddr {RELAY_IP} udp dport {IPERF_PORT} dnat to {RELAY_IP}:{port}\n  }}\n}}\n"
     )
+    for ns, rules in ((relay_ns, relay_rules), (client_ns, client_rules)):
+        subprocess.run(
+            ["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True
+        )
 
 
 def iperf_udp(client_ns: str, port: int, mbps: int, seconds: float) -> dict:
@@ -101,6 +120,10 @@ def iperf_udp(client_ns: str, port: int, mbps: int, seconds: float) -> dict:
         "-u",
         "-l",
         "1400",
+        # 4 MB socket buffers at both ends (the sysctl cap here): with the default ~200 KB
+        # the iperf3 receiver, not the relay, dropped most of what was lost.
+        "-w",
+        "4M",
         "-b",
         f"{mbps}M" if mbps else "0",
         "-t",
@@ -163,11 +186,14 @@ def run_mode(mode: str, mbps: int, seconds: float, multihome: Path, tool: Path) 
             time.sleep(0.3)
             answer = request(tool, c, relay_pub, d / "c.key", mode)
             port = answer["relay_port"]
-            control_dnat(r, port)
+            control_dnat(r, c, port)
             t0, ticks0 = time.monotonic(), cpu_ticks(pid)
-            res = iperf_udp(c, port, mbps, seconds)
+            res = iperf_udp(c, IPERF_PORT, mbps, seconds)
             dt, ticks = time.monotonic() - t0, cpu_ticks(pid) - ticks0
             res |= {
+                # Where the datagrams were lost: the relay's socket or the iperf3 server's.
+                "relay_rcvbuf_drops": udp_rcvbuf_errors(r),
+                "server_rcvbuf_drops": udp_rcvbuf_errors(s),
                 "answer": answer,
                 "offered_mbps": mbps or "unlimited",
                 "relay_cpu_seconds": ticks / os.sysconf("SC_CLK_TCK"),

@@ -271,18 +271,24 @@ def _table_failover(rs: list[dict]) -> list[str]:
 
 def _table_overhead(rs: list[dict]) -> list[str]:
     rows = [
-        "| path | 1 TCP stream (CUBIC) | vs direct | median idle RTT | added RTT |",
-        "|---|---|---|---|---|",
+        "| path | 1 TCP stream (CUBIC) | vs direct | 4 streams | vs direct | median idle RTT "
+        "| added RTT | tunnel CPU per Gbit/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rs:
         f = r["figures"]
         if "tcp_mbps" not in f:
-            rows.append(f"| {r['case']} | | {_fmt(f.get('throughput_ratio'))} | | |")
+            rows.append(
+                f"| {r['case']} | | {_fmt(f.get('throughput_ratio'))} | | "
+                f"{_fmt(f.get('throughput_ratio_4'))} | | | |"
+            )
             continue
         rows.append(
             f"| {r['case']} | {_fmt(f['tcp_mbps'], ' Mbit/s')} | "
-            f"{_fmt(f.get('throughput_ratio', 1.0))} | {_fmt(f.get('rtt_median_ms'), ' ms')} | "
-            f"{_fmt(f.get('added_rtt_ms', 0.0), ' ms')} |"
+            f"{_fmt(f.get('throughput_ratio', 1.0))} | {_fmt(f.get('tcp4_mbps'), ' Mbit/s')} | "
+            f"{_fmt(f.get('throughput_ratio_4', 1.0 if 'tcp4_mbps' in f else None))} | "
+            f"{_fmt(f.get('rtt_median_ms'), ' ms')} | {_fmt(f.get('added_rtt_ms', 0.0), ' ms')} | "
+            f"{_fmt(f.get('tunnel_cpu_pct_per_gbps'), ' % of a core')} |"
         )
     return rows
 

@@ -160,12 +160,13 @@ def _naming(d: dict) -> list[tuple[str, dict]]:
 def _overhead(d: dict) -> list[tuple[str, dict]]:
     out = []
     for name, b in d["best"].items():
-        f = _figs(b, ("tcp_mbps", "rtt_median_ms"))
-        f |= _figs(d["ratios"].get(name, {}), ("throughput_ratio", "added_rtt_ms"))
+        f = _figs(b, ("tcp_mbps", "tcp4_mbps", "rtt_median_ms", "tunnel_cpu_pct_per_gbps"))
+        ratios = ("throughput_ratio", "throughput_ratio_4", "added_rtt_ms")
+        f |= _figs(d["ratios"].get(name, {}), ratios)
         out.append((name, f))
     for name, r in d["ratios"].items():
         if name not in d["best"]:
-            out.append((name, _figs(r, ("throughput_ratio",))))
+            out.append((name, _figs(r, ("throughput_ratio", "throughput_ratio_4"))))
     return out
 
 

@@ -7,7 +7,7 @@
 //!   and the [`tun::split_gso`] helper that cuts super-packets into MTU-sized packets, and
 //!   [`tun::GroBatch`] that merges received TCP segments into super-packets);
 //! - [`udp`]: one UDP socket per local link, pinned to its interface, with batched
-//!   `recvmmsg`/`sendmmsg` I/O;
+//!   `recvmmsg`/`sendmmsg` I/O and UDP segmentation / receive offload (GSO, GRO);
 //! - [`netlink`]: link/address change notifications and link, address and route changes;
 //! - [`nat`]: the server's nftables masquerade;
 //! - [`dup`], [`dup_server`]: the kernel fast path for redundant copies (client, server);

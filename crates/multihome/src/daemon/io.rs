@@ -8,7 +8,9 @@
 //!   (GRO).
 //! - [`DatagramBind`]: the tunnel's UDP datagrams, each tagged with the socket it came on
 //!   (the client has one per link, index = the link's `PathId`; the server has one, index 0)
-//!   and its peer address.
+//!   and its peer address. The real sockets send runs of equal datagrams to one peer as
+//!   one super-datagram (UDP GSO) and read a peer's runs back in one read (UDP GRO), cut
+//!   here into datagrams before the core sees them (`multihome_io::udp::offload`).
 //!
 //! Why synchronous calls with readiness exposed, not `async fn`s: the hot path drains an fd
 //! with nonblocking batch calls (one `read` of a 64 KB frame, one `recvmmsg` of up to 32
@@ -59,7 +61,7 @@ pub trait DatagramBind {
     /// order); otherwise registers `cx`'s waker on all of them.
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<usize>;
     /// Receives one batch on socket `sock` and hands each datagram to `f` with its
-    /// sender, writable so it can be decrypted in place; returns how many.
+    /// sender, writable so it can be decrypted in place; returns how many datagrams.
     /// `WouldBlock` when none is waiting (or the socket is gone), which clears readiness.
     fn recv(&mut self, sock: usize, f: impl FnMut(SocketAddr, &mut [u8])) -> io::Result<usize>;
     /// Sends datagrams from socket `sock`; same contract as `LinkSocket::send_batch`
@@ -139,17 +141,48 @@ fn recv_bufs() -> Vec<RecvBuf> {
     (0..RECV_BATCH).map(|_| RecvBuf::new(BUF_BYTES)).collect()
 }
 
-/// One `recvmmsg` on a ready socket, each datagram handed to `f`.
+/// One `recvmmsg` on a ready socket, each datagram handed to `f` (a read GRO coalesced is
+/// cut back into its datagrams, in place); returns how many datagrams.
 fn recv_on(
     sock: &AsyncFd<LinkSocket>,
     bufs: &mut [RecvBuf],
     mut f: impl FnMut(SocketAddr, &mut [u8]),
 ) -> io::Result<usize> {
     let n = sock.try_io(Interest::READABLE, |s| s.recv_batch(bufs))?;
+    let mut datagrams = 0;
     for rb in &mut bufs[..n] {
-        f(rb.source(), rb.packet_mut());
+        let from = rb.source();
+        for d in rb.segments_mut() {
+            f(from, d);
+            datagrams += 1;
+        }
     }
-    Ok(n)
+    Ok(datagrams)
+}
+
+/// `send_batch` on `sock`, with a warning when the kernel's refusals turn its GSO off
+/// (then the socket sends datagram by datagram: correct, at more CPU per byte).
+fn send_on(sock: &AsyncFd<LinkSocket>, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    let s = sock.get_ref();
+    let had_gso = s.offload_stats().gso;
+    let r = s.send_batch(msgs);
+    if had_gso && !s.offload_stats().gso {
+        tracing::warn!(
+            interface = s.interface().unwrap_or("-"),
+            "the kernel refused UDP GSO super-datagrams: sending datagram by datagram"
+        );
+    }
+    r
+}
+
+/// Turns GRO on for a socket read with [`recv_bufs`] (64 KiB each, so a coalesced read is
+/// never cut short): the datagrams of a peer's GSO send then arrive in one read, without
+/// being cut up in the kernel on the way.
+fn with_gro(sock: AsyncFd<LinkSocket>) -> AsyncFd<LinkSocket> {
+    if !sock.get_ref().set_gro(true) {
+        tracing::debug!("UDP GRO unavailable: datagrams are read one by one");
+    }
+    sock
 }
 
 /// One client link: a socket pinned to the link's interface, towards the server.
@@ -280,9 +313,13 @@ impl LinkBind {
                 None
             }
         };
-        l.sock = bind("socket");
+        l.sock = bind("socket").map(with_gro);
         l.copy = if self.copy_sockets && l.sock.is_some() {
-            bind("copy socket")
+            // The kernel copies and rewrites what leaves it (nftables `dup`, then NAT in
+            // `postrouting`): one datagram at a time keeps that path as it was tested.
+            bind("copy socket").inspect(|c| {
+                c.get_ref().set_gso(false);
+            })
         } else {
             None
         };
@@ -317,7 +354,7 @@ impl DatagramBind for LinkBind {
             None => None,
         };
         match s {
-            Some(s) => s.get_ref().send_batch(msgs),
+            Some(s) => send_on(s, msgs),
             None => Ok(msgs.len()),
         }
     }
@@ -363,7 +400,7 @@ impl ListenBind {
     /// Wraps a registered socket.
     pub fn new(sock: AsyncFd<LinkSocket>) -> Self {
         ListenBind {
-            sock,
+            sock: with_gro(sock),
             copy: None,
             bufs: recv_bufs(),
         }
@@ -371,6 +408,8 @@ impl ListenBind {
 
     /// Also sends from `copy` what the kernel is to copy.
     pub fn with_copy_socket(mut self, copy: AsyncFd<LinkSocket>) -> Self {
+        // As the client's copy sockets: the kernel rewrites what leaves it.
+        copy.get_ref().set_gso(false);
         self.copy = Some(copy);
         self
     }
@@ -405,7 +444,7 @@ impl DatagramBind for ListenBind {
             (1, Some(c)) => c,
             _ => &self.sock,
         };
-        s.get_ref().send_batch(msgs)
+        send_on(s, msgs)
     }
 
     fn send_failed(&mut self, _sock: usize, e: &io::Error) -> bool {

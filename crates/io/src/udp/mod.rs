@@ -1,4 +1,6 @@
-//! One UDP socket per local link, with batched `recvmmsg`/`sendmmsg` I/O.
+//! One UDP socket per local link, with batched `recvmmsg`/`sendmmsg` I/O and UDP
+//! segmentation and receive offloads (GSO on by default where the kernel has it, GRO when
+//! the reader asks for it: [`LinkSocket::set_gro`]).
 //!
 //! Role: carries the tunnel's encrypted datagrams. A client opens one [`LinkSocket`] per
 //! uplink, pinned to that uplink's interface with `SO_BINDTODEVICE` so its traffic leaves by
@@ -9,7 +11,11 @@
 //! - An IPv6 socket is dual-stack (`IPV6_V6ONLY` off, whatever the system default): IPv4
 //!   peers are reported as plain IPv4 addresses and may be given as such to the send calls
 //!   (they are mapped to `::ffff:a.b.c.d` internally).
-//! - One batch call is one system call and handles at most [`BATCH_MAX`] datagrams.
+//! - One batch call is one system call and handles at most [`BATCH_MAX`] reads or runs of
+//!   datagrams ([`batch`]); a run to one destination goes out as one super-datagram when
+//!   GSO is on ([`offload`]), which the wire never sees: it carries ordinary datagrams.
+//! - With GRO on, one read may hold several datagrams of one sender ([`RecvBuf::segments`]);
+//!   readers that turn it on give 64 KiB buffers. `recv_from` must not be used then.
 //!
 //! # Errors the caller should expect, and what they mean
 //! All I/O methods return `std::io::Error`; [`classify`] sorts one into an [`ErrorClass`]:
@@ -24,14 +30,25 @@
 //!   ([`ErrorClass::DeviceGone`])
 //! - `EMSGSIZE`: datagram larger than the path allows. ([`ErrorClass::TooBig`])
 
+mod addr;
+pub mod batch;
+pub mod offload;
+
 use std::io;
 use std::mem;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::Ordering::Relaxed;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
-/// Most datagrams handled by one `recv_batch`/`sendmmsg` system call.
+use addr::canonical;
+pub use batch::RecvBuf;
+use offload::Offload;
+pub use offload::OffloadStats;
+
+/// Most reads handled by one `recv_batch`, and runs (each one datagram, or a super-datagram
+/// of up to [`offload::MAX_SEGMENTS`]) by one `sendmmsg`.
 pub const BATCH_MAX: usize = 64;
 /// Socket buffer size asked for at bind time (per direction). Bursts of a fast link outrun
 /// the default ~200 KiB while the daemon is busy elsewhere on its single thread.
@@ -109,57 +126,6 @@ pub fn classify(e: &io::Error) -> ErrorClass {
     }
 }
 
-/// A receive buffer for [`LinkSocket::recv_batch`]: storage plus what was received into it.
-#[derive(Debug, Clone)]
-pub struct RecvBuf {
-    data: Box<[u8]>,
-    len: usize,
-    source: SocketAddr,
-    truncated: bool,
-}
-
-impl RecvBuf {
-    /// A buffer that can hold a datagram of `capacity` bytes.
-    pub fn new(capacity: usize) -> RecvBuf {
-        RecvBuf {
-            data: vec![0; capacity].into_boxed_slice(),
-            len: 0,
-            source: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-            truncated: false,
-        }
-    }
-
-    /// The received datagram.
-    pub fn packet(&self) -> &[u8] {
-        &self.data[..self.len]
-    }
-
-    /// The received datagram, writable (for in-place decryption).
-    pub fn packet_mut(&mut self) -> &mut [u8] {
-        &mut self.data[..self.len]
-    }
-
-    /// Length of the received datagram.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the last receive got an empty datagram (or none yet).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The sender of the received datagram.
-    pub fn source(&self) -> SocketAddr {
-        self.source
-    }
-
-    /// True if the datagram was longer than the buffer and its tail was cut off.
-    pub fn is_truncated(&self) -> bool {
-        self.truncated
-    }
-}
-
 /// A nonblocking UDP socket, optionally pinned to one network interface.
 ///
 /// With tokio: `unsafe { AsyncFd::register(sock) }` (readable and writable interest). Its
@@ -170,6 +136,7 @@ pub struct LinkSocket {
     udp: UdpSocket,
     interface: Option<String>,
     v6: bool,
+    offload: Offload,
 }
 
 impl LinkSocket {
@@ -199,7 +166,9 @@ impl LinkSocket {
             udp: sock.into(),
             interface: interface.map(str::to_owned),
             v6: local.is_ipv6(),
+            offload: Offload::default(),
         };
+        s.set_gso(true);
         // A smaller buffer still works, only with more drops under bursts.
         let _ = s.set_buffer_sizes(DEFAULT_BUFFER_BYTES);
         Ok(s)
@@ -247,98 +216,26 @@ impl LinkSocket {
         self.udp.recv_from(buf).map(|(n, a)| (n, canonical(a)))
     }
 
-    /// Receives up to `min(bufs.len(), BATCH_MAX)` datagrams with one `recvmmsg` call and
-    /// returns how many were received; `bufs[..n]` then hold them. `WouldBlock` if none.
-    pub fn recv_batch(&self, bufs: &mut [RecvBuf]) -> io::Result<usize> {
-        let n = bufs.len().min(BATCH_MAX);
-        if n == 0 {
-            return Ok(0);
-        }
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let mut names: [libc::sockaddr_storage; BATCH_MAX] = unsafe { mem::zeroed() };
-        let mut iovs: [libc::iovec; BATCH_MAX] = unsafe { mem::zeroed() };
-        let mut hdrs: [libc::mmsghdr; BATCH_MAX] = unsafe { mem::zeroed() };
-        for i in 0..n {
-            iovs[i].iov_base = bufs[i].data.as_mut_ptr().cast();
-            iovs[i].iov_len = bufs[i].data.len();
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
-        }
-        // SAFETY: every header points at live storage (`names`, `iovs`, the buffers) that
-        // outlives the call, with lengths that match that storage.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.as_raw_fd(),
-                hdrs.as_mut_ptr(),
-                n as libc::c_uint,
-                0,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let r = r as usize;
-        for i in 0..r {
-            let b = &mut bufs[i];
-            b.len = (hdrs[i].msg_len as usize).min(b.data.len());
-            b.truncated = hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            b.source = from_storage(&names[i]).unwrap_or(b.source);
-        }
-        Ok(r)
+    /// Sends runs of datagrams as super-datagrams (`UDP_SEGMENT`), if the kernel has it:
+    /// on by default. Returns whether it is on.
+    pub fn set_gso(&self, on: bool) -> bool {
+        let on = on && offload::gso_supported(self.as_raw_fd());
+        self.offload.gso.store(on, Relaxed);
+        on
     }
 
-    /// Sends datagrams with `sendmmsg`, [`BATCH_MAX`] per system call, and returns how many
-    /// from the front of `msgs` were sent.
-    ///
-    /// A return smaller than `msgs.len()` means the next datagram hit an error; call again
-    /// with the rest to get that error. `Err` means `msgs[0]` was not sent: after
-    /// `WouldBlock` wait for writability; after `Unreachable`-class errors the caller may drop
-    /// that datagram and continue with the rest.
-    pub fn send_batch(&self, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-        let mut sent = 0;
-        for chunk in msgs.chunks(BATCH_MAX) {
-            match self.sendmmsg(chunk) {
-                Ok(k) => {
-                    sent += k;
-                    if k < chunk.len() {
-                        break;
-                    }
-                }
-                // Report progress now; the error comes back on the caller's next call.
-                Err(_) if sent > 0 => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(sent)
+    /// Lets reads coalesce datagrams of one sender (`UDP_GRO`): off by default, as it needs
+    /// 64 KiB receive buffers. Returns whether it is on.
+    pub fn set_gro(&self, on: bool) -> bool {
+        let ok = offload::set_gro(self.as_raw_fd(), on);
+        let now = on && ok;
+        self.offload.gro.store(now, Relaxed);
+        now
     }
 
-    fn sendmmsg(&self, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-        let n = msgs.len().min(BATCH_MAX);
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let mut names: [libc::sockaddr_storage; BATCH_MAX] = unsafe { mem::zeroed() };
-        let mut iovs: [libc::iovec; BATCH_MAX] = unsafe { mem::zeroed() };
-        let mut hdrs: [libc::mmsghdr; BATCH_MAX] = unsafe { mem::zeroed() };
-        for (i, (dst, data)) in msgs[..n].iter().enumerate() {
-            let len = to_storage(self.outgoing(*dst), &mut names[i]);
-            iovs[i].iov_base = data.as_ptr() as *mut libc::c_void; // the kernel only reads it
-            iovs[i].iov_len = data.len();
-            let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = len;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
-        }
-        // SAFETY: headers point at live, correctly sized storage for the whole call.
-        let r =
-            unsafe { libc::sendmmsg(self.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, 0) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(r as usize)
+    /// The offloads' state and counters.
+    pub fn offload_stats(&self) -> OffloadStats {
+        self.offload.stats()
     }
 
     /// IPv4 destinations must be IPv4-mapped on an IPv6 socket.
@@ -382,91 +279,10 @@ fn setsockopt_int(fd: RawFd, opt: libc::c_int, val: libc::c_int) -> io::Result<(
     }
 }
 
-/// Reports IPv4-mapped IPv6 peers as IPv4.
-fn canonical(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, v6.port())),
-            None => a,
-        },
-        v4 => v4,
-    }
-}
-
-/// Writes `addr` as a C socket address into `out` and returns its length.
-fn to_storage(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            let sin =
-                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 =
-                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
-}
-
-/// Reads a C socket address written by the kernel (IPv4-mapped peers become IPv4).
-fn from_storage(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match s.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6 =
-                unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            let a = SocketAddrV6::new(
-                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            );
-            Some(canonical(SocketAddr::V6(a)))
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn socket_addresses_round_trip_through_c_storage() {
-        for a in ["192.0.2.9:4433", "[2001:db8::7]:51820", "[fe80::1%3]:9"] {
-            let a: SocketAddr = a.parse().unwrap();
-            // SAFETY: all-zero is a valid sockaddr_storage.
-            let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
-            to_storage(a, &mut st);
-            assert_eq!(from_storage(&st), Some(a));
-        }
-    }
-
-    #[test]
-    fn mapped_ipv4_is_reported_as_ipv4() {
-        let m: SocketAddr = "[::ffff:192.0.2.1]:7".parse().unwrap();
-        assert_eq!(canonical(m), "192.0.2.1:7".parse().unwrap());
-    }
+    use std::net::Ipv4Addr;
 
     #[test]
     fn errors_are_classified_for_the_caller() {
