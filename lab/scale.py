@@ -71,6 +71,7 @@ class ScaleLab:
     sessions: int
     per_address: int = 1
     roam: bool = True
+    detect_ms: int = 1000
     lg: Namespace = field(init=False)
     srv: Namespace = field(init=False)
     server: Proc | None = None
@@ -112,6 +113,7 @@ class ScaleLab:
             'tun_name = "mh0"\n'
             'tun_address = "10.200.0.1/16"\n'
             f"mtu = {MTU}\n"
+            f"detect_ms = {self.detect_ms}\n"
             f'control_socket = "{self.dir / "server.sock"}"\n\n'
         )
         (self.dir / "server.toml").write_text(server + (self.dir / "peers.toml").read_text())
@@ -149,6 +151,7 @@ class ScaleLab:
             "--sink", SINK,
             "--sink-netns", self.srv.name,
             "--mtu", str(MTU),
+            "--detect-ms", str(self.detect_ms),
             "--phases", ",".join(phases),
         ]  # fmt: skip
         if self.roam:

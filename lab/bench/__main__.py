@@ -134,6 +134,12 @@ def main() -> int:
         help="scale: idle sessions of the memory run (0: skip it)",
     )
     parser.add_argument(
+        "--detect-ms",
+        type=int,
+        default=1000,
+        help="scale: every session's detect_ms (idle paths are probed every quarter of it)",
+    )
+    parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
     )
     parser.add_argument(
@@ -195,6 +201,7 @@ def main() -> int:
                 sessions=args.sessions,
                 idle_sessions=args.idle_sessions,
                 seconds=args.seconds or 10,
+                detect_ms=args.detect_ms,
             )
         else:
             failover.main(runs=args.runs or 3)

@@ -60,6 +60,14 @@ def sample_rss(pid: int, stop: threading.Event, out: list[int]) -> None:
         stop.wait(0.25)
 
 
+def udp_in(s: ScaleLab) -> int:
+    """Datagrams the server's namespace received (delivered or dropped for a full buffer)."""
+    lines = [ln.split() for ln in s.srv.run(["cat", "/proc/net/snmp"]).stdout.splitlines()]
+    head, vals = [ln for ln in lines if ln and ln[0] == "Udp:"][:2]
+    t = dict(zip(head[1:], map(int, vals[1:]), strict=True))
+    return t["InDatagrams"] + t["RcvbufErrors"]
+
+
 def counters(s: ScaleLab) -> dict:
     return s.server_status().get("counters", {})
 
@@ -80,21 +88,29 @@ def start_flood(s: ScaleLab, procs: int, seconds: float) -> list:
 def big_run(lab: Lab, a: dict) -> dict:
     """Phases 1-5 with ``sessions`` clients."""
     n, secs, bulk_s = a["sessions"], a["seconds"], a["bulk_seconds"]
-    s = ScaleLab(lab, a["binary"], n)
+    s = ScaleLab(lab, a["binary"], n, detect_ms=a["detect_ms"])
     s.keys()
     srv = s.start_server()
     s.srv.route_replace(SPOOFED, via="10.1.0.2")  # replies to the flood die in lg
     time.sleep(1.0)
     base_kb = proc_memory_kb(srv.pid)
-    phases = ["up", "idle:6", f"steady:{secs}", f"churn:{secs}", f"roam:{secs}"]
-    phases += [f"bulk:{bulk_s}", f"bulk:{bulk_s}"]
+    low = a["low_rate_kbit"]
+    phases = ["up", "idle:6", f"steady:{secs}", f"steady:{secs}@{low}"]
+    phases += [f"churn:{secs}@{low}", f"roam:{secs}@{low}", f"bulk:{bulk_s}", f"bulk:{bulk_s}"]
     lg = s.loadgen(
         phases, rate_kbit=a["rate_kbit"], packet_bytes=a["packet_bytes"],
         fraction=0.1, bulk_sessions=50, bulk_mbit=a["bulk_mbit"], up_timeout=60,
     )  # fmt: skip
     out: dict = {"sessions": n, "server_rss_kb_configured": base_kb}
+    started(lg, 0, 30)
+    out["loadavg_start"] = os.getloadavg()
     started(lg, 1, 120)
+    time.sleep(1.0)
+    cpu0, dg0, t0 = proc_cpu_s(srv.pid), udp_in(s), time.monotonic()
     time.sleep(3.0)
+    dt = time.monotonic() - t0
+    out["server_cpu_idle"] = (proc_cpu_s(srv.pid) - cpu0) / dt
+    out["server_datagrams_per_s_idle"] = (udp_in(s) - dg0) / dt
     out["server_rss_kb_idle"] = proc_memory_kb(srv.pid)
     out["loadgen_rss_kb_idle"] = proc_memory_kb(lg.pid)
     out["idle_kb_per_session"] = (out["server_rss_kb_idle"] - base_kb) / n
@@ -107,7 +123,7 @@ def big_run(lab: Lab, a: dict) -> dict:
     out["server_cpu_steady"] = (proc_cpu_s(srv.pid) - cpu0) / dt
     out["loadgen_cpu_steady"] = (proc_cpu_s(lg.pid) - lg_cpu0) / dt
     out["loadavg_steady"] = os.getloadavg()
-    started(lg, 6, 3 * secs + bulk_s + 60)
+    started(lg, 7, 4 * secs + bulk_s + 60)
     before = counters(s)
     stop, rss = threading.Event(), []
     sampler = threading.Thread(target=sample_rss, args=(srv.pid, stop, rss), daemon=True)
@@ -134,7 +150,7 @@ def big_run(lab: Lab, a: dict) -> dict:
 def idle_run(lab: Lab, a: dict) -> dict:
     """``idle_sessions`` clients (5 per address) up and quiet: memory per idle session."""
     n = a["idle_sessions"]
-    s = ScaleLab(lab, a["binary"], n, per_address=5, roam=False)
+    s = ScaleLab(lab, a["binary"], n, per_address=5, roam=False, detect_ms=a["detect_ms"])
     s.keys()
     srv = s.start_server(timeout=120)
     time.sleep(1.0)
@@ -160,7 +176,7 @@ def idle_run(lab: Lab, a: dict) -> dict:
 def summarize(big: dict, idle: dict | None) -> dict:
     ph = big["phases"]
     up = ph["0-up"]
-    bulk0, bulk1 = ph["5-bulk"], ph["6-bulk"]
+    bulk0, bulk1 = ph["6-bulk"], ph["7-bulk"]
     ratio = bulk1["bulk_goodput_mbit"] / max(bulk0["bulk_goodput_mbit"], 1e-9)
     refused = big["flood"]["counters"].get("rx_handshake_rate_limited", 0)
     s = {
@@ -168,9 +184,13 @@ def summarize(big: dict, idle: dict | None) -> dict:
         "all_up_s": up["all_up_s"],
         "handshakes_per_s": up["handshakes_per_s"],
         "steady_loss_pct": ph["2-steady"]["loss_pct"],
-        "churn_loss_pct": ph["3-churn"]["loss_pct"],
-        "roam_loss_pct": ph["4-roam"]["loss_pct"],
+        "steady_low_loss_pct": ph["3-steady"]["loss_pct"],
+        "low_rate_kbit": ph["3-steady"]["rate_kbit"],
+        "churn_loss_pct": ph["4-churn"]["loss_pct"],
+        "roam_loss_pct": ph["5-roam"]["loss_pct"],
         "idle_kb_per_session": big["idle_kb_per_session"],
+        "server_cpu_idle": big["server_cpu_idle"],
+        "server_datagrams_per_s_idle": big["server_datagrams_per_s_idle"],
         "server_cpu_steady": big["server_cpu_steady"],
         "bulk_goodput_mbit": bulk0["bulk_goodput_mbit"],
         "bulk_goodput_flood_mbit": bulk1["bulk_goodput_mbit"],
@@ -197,8 +217,10 @@ def summarize(big: dict, idle: dict | None) -> dict:
 def plot(big: dict, s: dict):  # noqa: ANN201
     fig, (a1, a2) = figure(2, 11, 4)
     ph = big["phases"]
-    names = ["steady", "churn", "roam"]
-    a1.bar(names, [ph[f"{i + 2}-{n}"]["loss_pct"] for i, n in enumerate(names)], color="C0")
+    keys = ["2-steady", "3-steady", "4-churn", "5-roam"]
+    names = [f"{k[2:]} {ph[k]['rate_kbit']:g}k" for k in keys]
+    a1.bar(names, [max(ph[k]["loss_pct"], 1e-3) for k in keys], color="C0")
+    a1.set_yscale("log")
     a1.axhline(BARS["loss_pct"], color="red", ls="--", label="bar 0.1 %")
     a1.set_ylabel("loss, % of packets")
     a1.set_title(
@@ -217,6 +239,7 @@ def main(sessions: int = 1000, idle_sessions: int = 10_000, seconds: float = 10,
         "seconds": seconds, "bulk_seconds": kw.get("bulk_seconds", 8),
         "rate_kbit": kw.get("rate_kbit", 256), "packet_bytes": kw.get("packet_bytes", 600),
         "bulk_mbit": kw.get("bulk_mbit", 2.0), "flood_procs": kw.get("flood_procs", 2),
+        "low_rate_kbit": kw.get("low_rate_kbit", 16), "detect_ms": kw.get("detect_ms", 1000),
     }  # fmt: skip
     with Lab() as lab:
         big = big_run(lab, a)

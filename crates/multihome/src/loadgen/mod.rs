@@ -42,7 +42,7 @@ pub enum LoadgenCmd {
     /// Write N key pairs: private keys to OUT/keys, the server's peers to OUT/peers.toml.
     Keys(KeysArgs),
     /// Run the sessions through the phases; JSON lines on stdout, progress on stderr.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 /// `loadgen keys`.
@@ -111,7 +111,8 @@ pub struct RunArgs {
     /// roam phase.
     #[arg(long, default_value_t = 0.1)]
     pub fraction: f64,
-    /// Phases, in order: up, idle:S, steady:S, churn:S, roam:S, bulk:S.
+    /// Phases, in order: up, idle:S, steady:S, churn:S, roam:S, bulk:S; a traffic phase
+    /// may set its own rate per session, `steady:S@KBIT`.
     #[arg(long, value_delimiter = ',', default_value = "up,steady:10")]
     pub phases: Vec<String>,
     /// Seconds the `up` phase waits for every session.
@@ -120,6 +121,10 @@ pub struct RunArgs {
     /// Tunnel MTU (the server's `mtu`).
     #[arg(long, default_value_t = 1420)]
     pub mtu: usize,
+    /// Failure detection time of every session (a client's `detect_ms`); paths are probed
+    /// every quarter of it while idle.
+    #[arg(long, default_value_t = 1000)]
+    pub detect_ms: u64,
 }
 
 /// What every session and the sink read: the run's fixed parameters.
@@ -145,8 +150,8 @@ pub struct Plan {
     pub policy: Policy,
     /// Steady packet size.
     pub packet_bytes: usize,
-    /// Time between a session's steady packets.
-    pub send_gap: Duration,
+    /// Failure detection time.
+    pub detect: Duration,
     /// Sessions downloading in a bulk phase.
     pub bulk_sessions: usize,
     /// Bulk packet size (inner IP bytes).
@@ -198,6 +203,8 @@ pub struct Shared {
     pub sink: RefCell<Vec<SinkCount>>,
     /// Sessions send steady traffic.
     pub sending: Cell<bool>,
+    /// Time between a session's steady packets (set per phase).
+    pub send_gap: Cell<Duration>,
     /// The sink sends bulk traffic.
     pub bulk: Cell<bool>,
     /// Wakes the sink when `bulk` changes.
@@ -227,7 +234,7 @@ impl Shared {
 pub fn main(cmd: LoadgenCmd) -> Result<()> {
     match cmd {
         LoadgenCmd::Keys(a) => keys(&a),
-        LoadgenCmd::Run(a) => crate::daemon::block_on(run(a)),
+        LoadgenCmd::Run(a) => crate::daemon::block_on(run(*a)),
     }
 }
 
@@ -302,7 +309,7 @@ fn shared(a: &RunArgs, n: usize) -> Result<Shared> {
         mtu: a.mtu,
         policy: Policy::Best,
         packet_bytes: a.packet_bytes.clamp(64, a.mtu),
-        send_gap: gap(a.packet_bytes, a.rate_kbit * 1e3),
+        detect: Duration::from_millis(a.detect_ms),
         bulk_sessions: a.bulk_sessions,
         bulk_bytes,
         bulk_gap: gap(bulk_bytes, a.bulk_mbit * 1e6),
@@ -322,11 +329,17 @@ fn shared(a: &RunArgs, n: usize) -> Result<Shared> {
         counters: RefCell::new(vec![Counters::default(); n]),
         sink: RefCell::new(vec![SinkCount::default(); n]),
         sending: Cell::new(false),
+        send_gap: Cell::new(send_gap(a.packet_bytes, a.rate_kbit)),
         bulk: Cell::new(false),
         bulk_changed: tokio::sync::Notify::new(),
         sink_send_errors: Cell::new(0),
         errors: Cell::new(0),
     })
+}
+
+/// Time between packets of `bytes` at `kbit` kbit/s.
+pub fn send_gap(bytes: usize, kbit: f64) -> Duration {
+    Duration::from_secs_f64(bytes as f64 * 8.0 / (kbit.max(0.001) * 1e3))
 }
 
 /// Two sockets per session (three while roaming): raise the soft limit on open files.

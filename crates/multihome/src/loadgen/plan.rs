@@ -63,16 +63,27 @@ impl Phase {
     }
 }
 
-/// Parses `up`, `idle:S`, `steady:S`, `churn:S`, `roam:S`, `bulk:S`.
-pub fn parse(specs: &[String]) -> Result<Vec<Phase>> {
+/// Parses `up`, `idle:S`, `steady:S`, `churn:S`, `roam:S`, `bulk:S`, each traffic phase
+/// optionally `@KBIT` (its rate per session); the rates come back beside the phases.
+pub fn parse(specs: &[String]) -> Result<Vec<(Phase, Option<f64>)>> {
     specs
         .iter()
         .map(|s| {
-            let (name, secs) = s.split_once(':').unwrap_or((s.as_str(), "10"));
+            let (s, rate) = match s.split_once('@') {
+                Some((p, r)) => (
+                    p,
+                    Some(
+                        r.parse::<f64>()
+                            .map_err(|_| anyhow::anyhow!("phase `{s}`: rate must be a number"))?,
+                    ),
+                ),
+                None => (s.as_str(), None),
+            };
+            let (name, secs) = s.split_once(':').unwrap_or((s, "10"));
             let secs: f64 = secs
                 .parse()
                 .map_err(|_| anyhow::anyhow!("phase `{s}`: seconds must be a number"))?;
-            Ok(match name {
+            let phase = match name {
                 "up" => Phase::Up,
                 "idle" => Phase::Idle(secs),
                 "steady" => Phase::Steady(secs),
@@ -80,7 +91,8 @@ pub fn parse(specs: &[String]) -> Result<Vec<Phase>> {
                 "roam" => Phase::Roam(secs),
                 "bulk" => Phase::Bulk(secs),
                 _ => bail!("unknown phase `{name}` (up, idle, steady, churn, roam, bulk)"),
-            })
+            };
+            Ok((phase, rate))
         })
         .collect()
 }
@@ -97,7 +109,7 @@ pub async fn run(
     sh: Rc<Shared>,
     keys: Vec<StaticSecret>,
     ctls: Vec<Rc<Control>>,
-    phases: Vec<Phase>,
+    phases: Vec<(Phase, Option<f64>)>,
     a: &RunArgs,
 ) -> Result<()> {
     tokio::task::spawn_local(progress(sh.clone()));
@@ -106,7 +118,9 @@ pub async fn run(
         let task = session::run(sh.clone(), i, keys[i].clone(), ctl.clone());
         tokio::task::spawn_local(task);
     }
-    for (k, p) in phases.iter().enumerate() {
+    for (k, (p, rate)) in phases.iter().enumerate() {
+        let kbit = rate.unwrap_or(a.rate_kbit);
+        sh.send_gap.set(super::send_gap(a.packet_bytes, kbit));
         emit(json!({"event": "start", "phase": p.name(), "index": k}));
         let mut v = match *p {
             Phase::Up => up(&sh, t0, a.up_timeout).await,
@@ -119,6 +133,9 @@ pub async fn run(
         v["event"] = "phase".into();
         v["phase"] = p.name().into();
         v["index"] = k.into();
+        if !matches!(p, Phase::Up | Phase::Idle(_) | Phase::Bulk(_)) {
+            v["rate_kbit"] = kbit.into();
+        }
         emit(v);
     }
     for c in &ctls {
@@ -253,6 +270,10 @@ async fn traffic(sh: &Shared, ctls: &[Rc<Control>], p: Phase, fraction: f64) -> 
     tokio::time::sleep(DRAIN).await;
     let after = snap(sh);
     let mut v = loss_report(&before, &after, &who);
+    if !sh.plan.echo {
+        v["echoed"] = Value::Null;
+        v["echo_loss_pct"] = Value::Null;
+    }
     v["seconds"] = secs.into();
     v["acted_on"] = who.len().into();
     v["back_up"] = who

@@ -146,6 +146,7 @@ impl Member {
             server_key: p.server_key,
             session: SessionConfig {
                 max_datagram: p.mtu + multihome_proto::wire::OVERHEAD_BYTES,
+                detect: p.detect,
                 ..SessionConfig::default()
             },
             classifier: multihome_proto::policy::Classifier::uniform(p.policy),
@@ -237,7 +238,7 @@ impl Member {
             return;
         }
         let p = &sh.plan;
-        let gap = p.send_gap;
+        let gap = sh.send_gap.get();
         // Spread the sessions' first packets over one gap, so they do not all send at once.
         let mut next = self.next_send.unwrap_or_else(|| {
             now + Duration::from_micros(gap.as_micros() as u64 * i as u64 / p.sessions as u64)
