@@ -223,13 +223,12 @@ def plot(big: dict, s: dict):  # noqa: ANN201
     a1.set_yscale("log")
     a1.axhline(BARS["loss_pct"], color="red", ls="--", label="bar 0.1 %")
     a1.set_ylabel("loss, % of packets")
-    a1.set_title(
-        f"{s['sessions']} sessions x {big['rate_kbit']} kbit/s; all up in {s['all_up_s']} s"
-    )
+    up = "not all up" if s["all_up_s"] is None else f"all up in {s['all_up_s']:.1f} s"
+    a1.set_title(f"{s['sessions']} sessions x 2 links; {up}")
     a1.legend()
     a2.bar(["bulk", "bulk + flood"], [s["bulk_goodput_mbit"], s["bulk_goodput_flood_mbit"]])
     a2.set_ylabel("goodput of 50 downloads, Mbit/s")
-    a2.set_title(f"flood {s['flood_rate_per_s']:.0f} initiations/s (target 100 000)")
+    a2.set_title(f"flood of {s['flood_rate_per_s']:.0f} initiations/s (target 100 000)")
     return fig
 
 
