@@ -21,8 +21,10 @@ over Wi-Fi and a steady LTE link against the sum of each alone, lab and simulato
 ``outage`` (a download across a 30 s outage with a new address:
 multihome against plain TCP; issue 16), ``reorder`` (links whose jitter reorders, with and
 without 1 % loss: goodput and packets resent against packets really lost, ``aggregate`` and
-``best``; issue 19), ``all``. Needs root; builds its own namespaces and removes
-them, even after a failure.
+``best``; issue 19), ``scale`` (1 000 real clients x 2 links on one server: bring-up,
+steady traffic, churn, roaming, memory per idle session also at 10 000, bulk goodput beside a
+spoofed handshake flood; lab/bench/scale.py), ``all``. Needs root; builds its own namespaces
+and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from lab.bench import (
     overhead,
     realtime_media,
     reorder,
+    scale,
     simult_flows,
     vehicular,
     vehicular_lte,
@@ -64,6 +67,7 @@ SUITES = (
     "outage",
     "vehicular-lte",
     "reorder",
+    "scale",
 )
 
 
@@ -119,6 +123,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="overhead: repeats per system")
     parser.add_argument(
         "--clients", type=int, default=100, help="naming: clients in the failover run"
+    )
+    parser.add_argument(
+        "--sessions", type=int, default=1000, help="scale: client sessions on the server"
+    )
+    parser.add_argument(
+        "--idle-sessions",
+        type=int,
+        default=10_000,
+        help="scale: idle sessions of the memory run (0: skip it)",
+    )
+    parser.add_argument(
+        "--detect-ms",
+        type=int,
+        default=1000,
+        help="scale: every session's detect_ms (idle paths are probed every quarter of it)",
     )
     parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
@@ -177,6 +196,13 @@ def main() -> int:
             vehicular_lte.main()
         elif suite == "reorder":
             reorder.main(runs=args.runs, seconds=args.seconds)
+        elif suite == "scale":
+            scale.main(
+                sessions=args.sessions,
+                idle_sessions=args.idle_sessions,
+                seconds=args.seconds or 10,
+                detect_ms=args.detect_ms,
+            )
         else:
             failover.main(runs=args.runs or 3)
     return 0

@@ -319,6 +319,12 @@ def _realtime_media(d: dict) -> list[tuple[str, dict]]:
     return out
 
 
+def _scale(d: dict) -> list[tuple[str, dict]]:
+    s = d["summary"]
+    keys = tuple(k for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    return [(str(s["sessions"]), _figs(s, keys))]
+
+
 EXTRACT = {
     "simult-flows": _simult_flows,
     "aggregate": _aggregate,
@@ -337,6 +343,7 @@ EXTRACT = {
     "handoff-voice": _handoff_voice,
     "vehicular-lte": _vehicular_lte,
     "reorder": _reorder,
+    "scale": _scale,
 }
 
 

@@ -83,27 +83,7 @@ impl NetNs {
         T: Send,
         F: FnOnce() -> T + Send,
     {
-        let path = format!("/run/netns/{}", self.name);
-        let enter_err = |source| NetNsError::Enter {
-            name: self.name.clone(),
-            source,
-        };
-        let file = File::open(&path).map_err(enter_err)?;
-        std::thread::scope(|s| {
-            let handle = s.spawn(move || {
-                // SAFETY: plain syscall on an fd we own; only this thread changes namespace.
-                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                if rc != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                drop(file);
-                Ok(f())
-            });
-            match handle.join() {
-                Ok(r) => r.map_err(enter_err),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
+        run_in(&self.name, f)
     }
 
     /// Runs a command inside the namespace (`ip netns exec`) and returns its stdout.
@@ -121,6 +101,37 @@ impl Drop for NetNs {
             eprintln!("multihome-io: could not delete network namespace: {e}");
         }
     }
+}
+
+/// Runs `f` on a new thread inside the existing named namespace `name` (`ip netns add`'s
+/// `/run/netns/NAME`) and returns its result; the caller's thread never changes namespace.
+/// A panic in `f` is propagated to the caller.
+pub fn run_in<T, F>(name: &str, f: F) -> Result<T, NetNsError>
+where
+    T: Send,
+    F: FnOnce() -> T + Send,
+{
+    let path = format!("/run/netns/{name}");
+    let enter_err = |source| NetNsError::Enter {
+        name: name.to_owned(),
+        source,
+    };
+    let file = File::open(&path).map_err(enter_err)?;
+    std::thread::scope(|s| {
+        let handle = s.spawn(move || {
+            // SAFETY: plain syscall on an fd we own; only this thread changes namespace.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            drop(file);
+            Ok(f())
+        });
+        match handle.join() {
+            Ok(r) => r.map_err(enter_err),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 /// Runs a command to completion; non-zero exit becomes [`NetNsError::Command`].

@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod dashboard;
 pub mod keyfile;
+pub mod loadgen;
 pub mod metrics;
 pub mod reload;
 pub mod resolve;

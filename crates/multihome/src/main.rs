@@ -73,6 +73,10 @@ enum Cmd {
     /// (`python -m lab.bench naming`).
     #[command(hide = true)]
     NamingLoad(NamingLoadArgs),
+    /// Many real client sessions in one process against one server; JSON lines on stdout
+    /// (`python -m lab.bench scale`).
+    #[command(hide = true, subcommand)]
+    Loadgen(multihome::loadgen::LoadgenCmd),
     /// Show sessions and links of a running client or server.
     Status {
         /// Control socket (default: the client's, else the server's).
@@ -202,6 +206,7 @@ fn run(cli: Cli) -> Result<()> {
             server,
             json,
         } => multihome::resolve::query(&identity, resolver, server, json),
+        Cmd::Loadgen(c) => multihome::loadgen::main(c),
         Cmd::NamingLoad(a) => {
             let cfg = multihome_naming::load::LoadConfig {
                 resolver: a.resolver,

@@ -77,11 +77,13 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
     let f: ServerFile = src.parse()?;
     let s = &f.server;
     let mut peers: Vec<PeerSettings> = Vec::new();
+    // A set, not a scan of the list so far: a server may list thousands of peers.
+    let mut keys = std::collections::HashSet::new();
     for p in &f.peer {
         let at = p.span().start;
         let p = p.get_ref();
         let key = parse_key(src, &p.public_key)?;
-        if peers.iter().any(|q| q.public_key == key) {
+        if !keys.insert(key) {
             return Err(src.err(
                 at,
                 format!("peer `{}` repeats another peer's key", p.name),

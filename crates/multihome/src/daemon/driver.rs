@@ -18,7 +18,8 @@
 //!
 //! The driver knows no fds: with the in-memory [`super::mem`] implementations it runs a
 //! real client and server in one process without root (the test in
-//! `tests/driver.rs`), which is also the base for a load generator.
+//! `tests/driver.rs`). The load generator (`crate::loadgen`) drives the client endpoint
+//! with a leaner loop of its own: one of these per session would hold 4 MB of buffers.
 
 use super::core::{Core, Outgoing};
 use super::io::{DatagramBind, PacketDevice};

@@ -1,6 +1,6 @@
 //! The driver's two I/O interfaces and their real implementations — the shape of
 //! wireguard-go's `tun.Device` and `conn.Bind`, so the one loop in [`super::driver`] is
-//! written against interfaces and tests (or a load generator) substitute the in-memory
+//! written against interfaces and tests substitute the in-memory
 //! ones in [`super::mem`].
 //!
 //! - [`PacketDevice`]: IP packets in and out of the host — the TUN device, which cuts TSO

@@ -1,6 +1,6 @@
 //! In-memory implementations of the driver's I/O traits, so a real client and server run
 //! through [`super::driver::Driver`] in one process, without root, namespaces or fds: the
-//! test in `tests/driver.rs`, and later a load generator.
+//! test in `tests/driver.rs`.
 //!
 //! - [`MemNet`] is a lossless network of UDP addresses: a [`MemBind`] sends to an address,
 //!   the bind that owns it receives, tagged with the sender's address. Each address holds

@@ -7,7 +7,7 @@
 //! - [`core`]: the trait over the client and server endpoints;
 //! - [`detours`]: the client's detour paths through relays (carrying out the sans-IO
 //!   path manager's decisions);
-//! - [`mem`]: in-memory devices and binds (tests, load generation);
+//! - [`mem`]: in-memory devices and binds (tests);
 //! - [`mptcp`]: `multihome mptcp-detours`, subflows through relays for kernel MPTCP
 //!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
 //! - [`naming`]: the client resolving its server, the server's resolver thread;

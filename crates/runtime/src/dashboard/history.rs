@@ -7,8 +7,9 @@
 //! history turns byte counters into rates and compares the snapshot with the previous one
 //! for events. It reads no clock itself, so it is tested with made-up times.
 //!
-//! Invariants: at most [`CAPACITY`] samples and [`MAX_EVENTS`] events are kept (the oldest
-//! go first); every series has one value (or null) per kept sample time, so the columns of
+//! Invariants: at most [`CAPACITY`] samples of at most [`MAX_SERIES`] links and
+//! [`MAX_EVENTS`] events are kept (the oldest go first); a sample costs time in proportion to
+//! the links (maps, no scans), so a server with thousands of sessions can take one a second; every series has one value (or null) per kept sample time, so the columns of
 //! [`History::to_json`] line up; a counter that goes backwards (a new session) gives no
 //! rate and no event, never a negative one.
 
@@ -19,6 +20,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 pub const CAPACITY: usize = 600;
 /// Events kept.
 pub const MAX_EVENTS: usize = 100;
+/// Links charted: a server with thousands of sessions keeps series for the first ones
+/// only (600 points each would cost it tens of kilobytes per session, and no chart shows
+/// thousands of lines); every link's events are still recorded.
+pub const MAX_SERIES: usize = 512;
 
 /// One link as a role's status document shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,7 +216,11 @@ impl History {
             .map_or(0, |(t, _)| mono_ms.saturating_sub(*t));
         let n = self.times.len();
         for l in &snap.links {
-            let prev = before.get(&l.key());
+            let key = l.key();
+            if self.series.len() >= MAX_SERIES && !self.series.contains_key(&key) {
+                continue;
+            }
+            let prev = before.get(&key);
             let point = Point {
                 tx_bps: prev.and_then(|p| rate(l.tx_bytes, p.tx_bytes, dt)),
                 rx_bps: prev.and_then(|p| rate(l.rx_bytes, p.rx_bytes, dt)),
@@ -219,7 +228,7 @@ impl History {
                 loss: l.loss,
                 state: state_level(&l.state),
             };
-            let s = self.series.entry(l.key()).or_insert_with(|| Series {
+            let s = self.series.entry(key).or_insert_with(|| Series {
                 session: l.session.clone(),
                 link: l.link.clone(),
                 points: VecDeque::new(),
@@ -316,15 +325,20 @@ impl History {
 /// Links that changed state, appeared or went. A link going down while another of its
 /// session is up is a failover (traffic moves there).
 fn link_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String)>) {
+    // Looked up in maps, not by scanning: once a second over a server's thousands of links.
+    let key = |l: &LinkSample| (l.session.clone(), l.link.clone());
+    let before: HashMap<_, &LinkSample> = prev.links.iter().map(|p| (key(p), p)).collect();
+    let current: std::collections::HashSet<_> = now.links.iter().map(key).collect();
     for l in &now.links {
-        let name = format!("{} link {}", l.session, l.link);
-        let Some(p) = prev.links.iter().find(|p| p.key() == l.key()) else {
-            out.push((EventKind::Link, format!("{name} added ({})", l.state)));
+        let name = || format!("{} link {}", l.session, l.link);
+        let Some(p) = before.get(&key(l)) else {
+            out.push((EventKind::Link, format!("{} added ({})", name(), l.state)));
             continue;
         };
         if p.state == l.state {
             continue;
         }
+        let name = name();
         let others: Vec<&str> = now
             .links
             .iter()
@@ -344,7 +358,7 @@ fn link_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String
         }
     }
     for p in &prev.links {
-        if !now.links.iter().any(|l| l.key() == p.key()) {
+        if !current.contains(&key(p)) {
             out.push((
                 EventKind::Link,
                 format!("{} link {} removed", p.session, p.link),
@@ -355,12 +369,15 @@ fn link_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String
 
 /// Sessions that were established, appeared or went.
 fn session_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String)>) {
+    let before: HashMap<&str, bool> = prev
+        .sessions
+        .iter()
+        .map(|(n, u)| (n.as_str(), *u))
+        .collect();
+    let current: std::collections::HashSet<&str> =
+        now.sessions.iter().map(|(n, _)| n.as_str()).collect();
     for (name, up) in &now.sessions {
-        let was = prev
-            .sessions
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, u)| *u);
+        let was = before.get(name.as_str()).copied();
         match (was, *up) {
             (Some(true), true) | (Some(false), false) => {}
             (_, true) => out.push((EventKind::Session, format!("session {name} established"))),
@@ -369,7 +386,7 @@ fn session_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, Str
         }
     }
     for (name, _) in &prev.sessions {
-        if !now.sessions.iter().any(|(n, _)| n == name) {
+        if !current.contains(name.as_str()) {
             out.push((EventKind::Session, format!("session {name} closed")));
         }
     }
@@ -477,6 +494,29 @@ mod tests {
         }
         assert_eq!(j["series"][0]["tx_bps"][CAPACITY - 1], json!(800.0));
         assert_eq!(j["series"][1]["state"][CAPACITY - 50], json!(null));
+    }
+
+    #[test]
+    fn thousands_of_links_chart_the_first_and_keep_every_event() {
+        let mut h = History::new(0, "server");
+        let many = |down: usize| {
+            (0..2000)
+                .map(|i| {
+                    link(
+                        &format!("l{i}"),
+                        if i == down { "down" } else { "up" },
+                        0,
+                        0,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        h.sample(0, 0, snap(many(usize::MAX), 1));
+        h.sample(1000, 1000, snap(many(1999), 1));
+        let j = h.to_json(&Snapshot::default());
+        assert_eq!(j["series"].as_array().unwrap().len(), MAX_SERIES);
+        // The last link is not charted, but its going down is an event.
+        assert!(h.events().any(|e| e.text.contains("link l1999 down")));
     }
 
     #[test]
