@@ -42,7 +42,7 @@
 use super::client::{ClientConfig, ClientEvent, DetourClient, RequestId};
 pub use super::manager_types::*;
 use super::wire::{Request, Status};
-use crate::path::{PathId, PathState};
+use crate::path::PathId;
 use crate::Instant;
 use relays::Origin;
 use std::collections::{HashMap, VecDeque};
@@ -381,47 +381,6 @@ impl DetourManager {
                 until: now + backoff,
             }
         };
-    }
-
-    /// What the session's paths look like now (call before `handle_timeout`).
-    pub fn observe(&mut self, now: Instant, paths: &[PathObs]) {
-        let find = |id: PathId| paths.iter().find(|p| p.id == id).copied();
-        for li in 0..self.links.len() {
-            let Some(direct) = find(self.links[li].id) else {
-                continue;
-            };
-            let mut detour_busy = false;
-            for c in 0..self.cands.len() {
-                let Some(mut a) = active(&self.cands[c]).filter(|_| self.cands[c].link == li)
-                else {
-                    continue;
-                };
-                let Some(p) = find(a.slot) else { continue };
-                detour_busy |= p.busy;
-                if let Some(rtt) = p.min_rtt {
-                    self.cands[c].rtt = Some(rtt);
-                    self.cands[c].rtt_from_path = true;
-                }
-                a.down_since = match p.state {
-                    PathState::Down => a.down_since.or(Some(now)),
-                    _ => None,
-                };
-                if a.pause.is_some() {
-                    self.cands[c].state = State::Active(a);
-                    self.end_pause(now, li, c, &direct);
-                    continue;
-                }
-                a.busy_since = (p.busy && direct.busy).then(|| a.busy_since.unwrap_or(now));
-                self.cands[c].state = State::Active(a);
-                if a.busy_since
-                    .is_some_and(|t| now.saturating_since(t) >= self.cfg.useless_after)
-                {
-                    self.judge_shared(now, li, c, &direct, &p);
-                }
-            }
-            self.upkeep_standby(now, li);
-            self.note_alone(now, li, direct.busy && !detour_busy, direct.rate_bps);
-        }
     }
 
     /// Runs retries, renewals, retirements and the choice of paths.

@@ -1,5 +1,6 @@
-//! The shared-bottleneck rule of the path manager: what to do with a detour that only
-//! splits its direct path's capacity (docs/AGGREGATION.md §9).
+//! The path manager's observation of the session's paths (`observe`), and its
+//! shared-bottleneck rule: what to do with a detour that only splits its direct path's
+//! capacity (docs/AGGREGATION.md §9).
 //!
 //! While a detour and the direct path over the same link are both busy for
 //! `useless_after`, their delivery rates together are compared with what the direct path
@@ -30,7 +31,7 @@
 //! by its `false` (also when the paused detour is retired, and on release of every detour).
 
 use super::{active, Action, DetourManager, PathObs, State};
-use crate::path::PathId;
+use crate::path::{PathId, PathState};
 use crate::Instant;
 use std::time::Duration;
 
@@ -66,6 +67,47 @@ pub(super) struct Pause {
 }
 
 impl DetourManager {
+    /// What the session's paths look like now (call before `handle_timeout`).
+    pub fn observe(&mut self, now: Instant, paths: &[PathObs]) {
+        let find = |id: PathId| paths.iter().find(|p| p.id == id).copied();
+        for li in 0..self.links.len() {
+            let Some(direct) = find(self.links[li].id) else {
+                continue;
+            };
+            let mut detour_busy = false;
+            for c in 0..self.cands.len() {
+                let Some(mut a) = active(&self.cands[c]).filter(|_| self.cands[c].link == li)
+                else {
+                    continue;
+                };
+                let Some(p) = find(a.slot) else { continue };
+                detour_busy |= p.busy;
+                if let Some(rtt) = p.min_rtt {
+                    self.cands[c].rtt = Some(rtt);
+                    self.cands[c].rtt_from_path = true;
+                }
+                a.down_since = match p.state {
+                    PathState::Down => a.down_since.or(Some(now)),
+                    _ => None,
+                };
+                if a.pause.is_some() {
+                    self.cands[c].state = State::Active(a);
+                    self.end_pause(now, li, c, &direct);
+                    continue;
+                }
+                a.busy_since = (p.busy && direct.busy).then(|| a.busy_since.unwrap_or(now));
+                self.cands[c].state = State::Active(a);
+                if a.busy_since
+                    .is_some_and(|t| now.saturating_since(t) >= self.cfg.useless_after)
+                {
+                    self.judge_shared(now, li, c, &direct, &p);
+                }
+            }
+            self.upkeep_standby(now, li);
+            self.note_alone(now, li, direct.busy && !detour_busy, direct.rate_bps);
+        }
+    }
+
     /// Judges active candidate `c` (on link `li`, path observation `p`) against its direct
     /// path once both have been busy for `useless_after`.
     pub(super) fn judge_shared(
