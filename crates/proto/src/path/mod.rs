@@ -528,13 +528,16 @@ impl Path {
             .rate
             .snapshot(app_limited, if data { cap } else { 0.0 });
         self.pacer.on_sent(now, pacing, bytes, data);
-        self.sent.insert(SentRecord {
-            seq,
-            time: now,
-            cum_bytes: self.cum_sent_bytes,
-            rate,
-            eliciting,
-        });
+        self.sent.insert(
+            SentRecord {
+                seq,
+                time: now,
+                cum_bytes: self.cum_sent_bytes,
+                rate,
+                eliciting,
+            },
+            self.largest_acked,
+        );
         if eliciting && self.first_unacked_time.is_none() {
             self.first_unacked_time = Some(now);
         }
