@@ -11,32 +11,7 @@ use multihome_io::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
 /// Namespaces `a` and `b` joined by veth `va` (in a) <-> `vb` (in b), with
 /// 192.0.2.1/24 + 2001:db8::1/64 on `va` and .2 / ::2 on `vb`.
 fn pair() -> (NetNs, NetNs) {
-    let a = NetNs::new("mhio-a").unwrap();
-    let b = NetNs::new("mhio-b").unwrap();
-    a.exec(&[
-        "ip",
-        "link",
-        "add",
-        "va",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "vb",
-        "netns",
-        b.name(),
-    ])
-    .unwrap();
-    for (ns, dev, v4, v6) in [
-        (&a, "va", "192.0.2.1/24", "2001:db8::1/64"),
-        (&b, "vb", "192.0.2.2/24", "2001:db8::2/64"),
-    ] {
-        ns.exec(&["ip", "addr", "add", v4, "dev", dev]).unwrap();
-        ns.exec(&["ip", "addr", "add", v6, "dev", dev, "nodad"])
-            .unwrap();
-        ns.exec(&["ip", "link", "set", dev, "up"]).unwrap();
-    }
-    (a, b)
+    common::veth_pair(["mhio-a", "mhio-b"], ["va", "vb"])
 }
 
 /// Receives exactly `count` datagrams (or panics after 5 s).

@@ -13,22 +13,7 @@ use multihome_io::udp::{classify, ErrorClass, LinkSocket, RecvBuf};
 
 /// Namespaces joined by veth `ga` (192.0.2.1, 2001:db8::1) <-> `gb` (.2, ::2).
 fn pair() -> (NetNs, NetNs) {
-    let a = NetNs::new("mhgso-a").unwrap();
-    let b = NetNs::new("mhgso-b").unwrap();
-    let veth = [
-        "ip", "link", "add", "ga", "type", "veth", "peer", "name", "gb",
-    ];
-    a.exec(&[&veth[..], &["netns", b.name()]].concat()).unwrap();
-    for (ns, dev, v4, v6) in [
-        (&a, "ga", "192.0.2.1/24", "2001:db8::1/64"),
-        (&b, "gb", "192.0.2.2/24", "2001:db8::2/64"),
-    ] {
-        ns.exec(&["ip", "addr", "add", v4, "dev", dev]).unwrap();
-        ns.exec(&["ip", "addr", "add", v6, "dev", dev, "nodad"])
-            .unwrap();
-        ns.exec(&["ip", "link", "set", dev, "up"]).unwrap();
-    }
-    (a, b)
+    common::veth_pair(["mhgso-a", "mhgso-b"], ["ga", "gb"])
 }
 
 /// 3 runs as the tunnel makes them: 45 datagrams of 1400 bytes and a 700-byte tail (each

@@ -114,3 +114,39 @@ pub fn parse_udp(pkt: &[u8]) -> Option<(u16, &[u8])> {
     }
     Some((u16::from_be_bytes([u[2], u[3]]), &u[8..]))
 }
+
+/// Namespaces `names[0]` and `names[1]` joined by veth `devs[0]` (in the first) <->
+/// `devs[1]` (in the second), with 192.0.2.1/24 + 2001:db8::1/64 on the first end and .2 /
+/// ::2 on the second (no duplicate address detection), both up.
+pub fn veth_pair(
+    names: [&str; 2],
+    devs: [&str; 2],
+) -> (multihome_io::netns::NetNs, multihome_io::netns::NetNs) {
+    use multihome_io::netns::NetNs;
+    let a = NetNs::new(names[0]).unwrap();
+    let b = NetNs::new(names[1]).unwrap();
+    a.exec(&[
+        "ip",
+        "link",
+        "add",
+        devs[0],
+        "type",
+        "veth",
+        "peer",
+        "name",
+        devs[1],
+        "netns",
+        b.name(),
+    ])
+    .unwrap();
+    for (ns, dev, v4, v6) in [
+        (&a, devs[0], "192.0.2.1/24", "2001:db8::1/64"),
+        (&b, devs[1], "192.0.2.2/24", "2001:db8::2/64"),
+    ] {
+        ns.exec(&["ip", "addr", "add", v4, "dev", dev]).unwrap();
+        ns.exec(&["ip", "addr", "add", v6, "dev", dev, "nodad"])
+            .unwrap();
+        ns.exec(&["ip", "link", "set", dev, "up"]).unwrap();
+    }
+    (a, b)
+}
