@@ -34,9 +34,8 @@ fn degraded_link_loses_its_share() {
     );
     p.establish();
     let t0 = p.now;
-    let gap = Duration::from_secs_f64(SIZE as f64 * 8.0 / 30e6);
     let secs = if cfg!(debug_assertions) { 7.0 } else { 10.0 };
-    let count = (secs / gap.as_secs_f64()) as u32;
+    let (count, gap) = paced(SIZE, 30e6, secs);
     let degrade_at = t0 + Duration::from_secs(4);
     let mut degraded = false;
     p.traffic(count, gap, SIZE, (true, false), Duration::ZERO, |p, _| {
@@ -96,9 +95,8 @@ fn lossy_pair(seed: u64) -> Pair {
 fn random_loss_is_not_congestion() {
     let mut p = lossy_pair(62);
     let t0 = p.now;
-    let gap = Duration::from_secs_f64(SIZE as f64 * 8.0 / 30e6);
     let secs = if cfg!(debug_assertions) { 4.0 } else { 8.0 };
-    let count = (secs / gap.as_secs_f64()) as u32;
+    let (count, gap) = paced(SIZE, 30e6, secs);
     p.traffic(count, gap, SIZE, (true, false), Duration::ZERO, |_, _| {});
     let path0 = p
         .client
@@ -142,9 +140,8 @@ fn random_loss_is_not_congestion() {
 #[test]
 fn random_loss_is_repaired() {
     let mut p = lossy_pair(63);
-    let gap = Duration::from_secs_f64(SIZE as f64 * 8.0 / 30e6);
     let secs = if cfg!(debug_assertions) { 3.0 } else { 6.0 };
-    let count = (secs / gap.as_secs_f64()) as u32;
+    let (count, gap) = paced(SIZE, 30e6, secs);
     p.traffic(
         count,
         gap,

@@ -463,6 +463,12 @@ impl Pair {
 /// timestamp option and valid checksums from 52 bytes on (so the header compression of
 /// `header_compress.rs` is exercised by every test and must restore it byte for byte),
 /// UDP below.
+/// Packets of `size` bytes at `bits_per_s` for `secs`: how many, and the gap between them.
+fn paced(size: usize, bits_per_s: f64, secs: f64) -> (u32, Duration) {
+    let gap = Duration::from_secs_f64(size as f64 * 8.0 / bits_per_s);
+    ((secs / gap.as_secs_f64()) as u32, gap)
+}
+
 fn packet(up: bool, n: u32, size: usize) -> Vec<u8> {
     let mut p = vec![0u8; size.max(32)];
     let len = p.len() as u16;

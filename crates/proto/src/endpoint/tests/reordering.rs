@@ -23,8 +23,7 @@ fn striped(jitter: Duration, loss: f64, seed: u64) -> (Pair, u32) {
         l.loss = loss;
     }
     p.establish();
-    let gap = Duration::from_secs_f64(SIZE as f64 * 8.0 / 30e6);
-    let count = (3.0 / gap.as_secs_f64()) as u32;
+    let (count, gap) = paced(SIZE, 30e6, 3.0);
     p.traffic(
         count,
         gap,
