@@ -152,6 +152,8 @@ SAMPLE_KEYS = (
     "srtt_ms",
     "pair_capacity_bps",
 )
+# Sampled too, but no median: when the switch to standby came and what each path carried.
+SAMPLE_TIMELINE = ("tx_bytes", "standby")
 
 
 def _paths(status: dict) -> dict[str, dict]:
@@ -183,7 +185,13 @@ class MultihomeWatch:
             paths = _paths(self.dlab.status("client"))
             t = round(time.monotonic() - self.t0, 1)
             self.samples.append(
-                {"t": t, **{n: {k: p.get(k) for k in SAMPLE_KEYS} for n, p in paths.items()}}
+                {
+                    "t": t,
+                    **{
+                        n: {k: p.get(k) for k in SAMPLE_KEYS + SAMPLE_TIMELINE}
+                        for n, p in paths.items()
+                    },
+                }
             )
 
     def result(self) -> dict:

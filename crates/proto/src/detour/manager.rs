@@ -65,6 +65,8 @@ struct Link {
     alone_rate: f64,
     /// Since when the direct path has been busy with no busy detour beside it.
     alone_since: Option<Instant>,
+    /// Since when the direct path has been busy.
+    busy: shared::BusySpan,
     /// The direct path is on standby for this detour (`manager_shared.rs`).
     standby: Option<shared::Standby>,
 }
@@ -100,7 +102,8 @@ struct Active {
     since: Instant,
     renew: Option<RequestId>,
     down_since: Option<Instant>,
-    busy_since: Option<Instant>,
+    /// Since when the detour has been busy.
+    busy: shared::BusySpan,
     /// Paused (on standby) to measure the direct path alone (`manager_shared.rs`).
     pause: Option<shared::Pause>,
 }
@@ -336,7 +339,7 @@ impl DetourManager {
             since: now,
             renew: None,
             down_since: None,
-            busy_since: None,
+            busy: shared::BusySpan::default(),
             pause: None,
         });
         self.counters.added += 1;

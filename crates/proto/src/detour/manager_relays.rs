@@ -47,6 +47,7 @@ impl DetourManager {
             up: true,
             alone_rate: 0.0,
             alone_since: None,
+            busy: Default::default(),
             standby: None,
         });
         for ri in 0..self.relays.len() {

@@ -47,6 +47,42 @@ pub(super) const PAUSE: Duration = Duration::from_secs(2);
 /// the rate of a path still growing into its capacity, and a detour judged against it
 /// looked useful forever.
 const ALONE_MIN: Duration = Duration::from_secs(1);
+/// A path stays busy across gaps in its data this short. An inner TCP's flight drains
+/// for a moment after each loss it recovers from and while the receiver holds a repaired
+/// hole (a round trip or two); one such instant used to restart the `useless_after` clock,
+/// so a pair carrying inner CUBIC under 1 % loss was never judged at all.
+const BUSY_GAP: Duration = Duration::from_millis(300);
+
+/// Since when a condition (a path busy, a pair busy together) has held, forgiving gaps of
+/// up to `BUSY_GAP`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct BusySpan {
+    since: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl BusySpan {
+    /// Records whether the condition holds at `now`; returns since when it has held.
+    pub(super) fn update(&mut self, now: Instant, holds: bool) -> Option<Instant> {
+        if holds {
+            self.last = Some(now);
+            self.since.get_or_insert(now);
+        } else if self.last.is_none_or(|t| now.saturating_since(t) > BUSY_GAP) {
+            *self = BusySpan::default();
+        }
+        self.since
+    }
+
+    /// Starts the span afresh at `now` (a verdict was given; the next one waits a full span).
+    pub(super) fn restart(&mut self, now: Instant) {
+        self.since = self.last.map(|_| now);
+    }
+
+    /// Forgets the span.
+    pub(super) fn clear(&mut self) {
+        *self = BusySpan::default();
+    }
+}
 
 /// A direct path on standby for a detour.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,6 +110,7 @@ impl DetourManager {
             let Some(direct) = find(self.links[li].id) else {
                 continue;
             };
+            let direct_since = self.links[li].busy.update(now, direct.busy);
             let mut detour_busy = false;
             for c in 0..self.cands.len() {
                 let Some(mut a) = active(&self.cands[c]).filter(|_| self.cands[c].link == li)
@@ -81,7 +118,6 @@ impl DetourManager {
                     continue;
                 };
                 let Some(p) = find(a.slot) else { continue };
-                detour_busy |= p.busy;
                 if let Some(rtt) = p.min_rtt {
                     self.cands[c].rtt = Some(rtt);
                     self.cands[c].rtt_from_path = true;
@@ -95,16 +131,22 @@ impl DetourManager {
                     self.end_pause(now, li, c, &direct);
                     continue;
                 }
-                a.busy_since = (p.busy && direct.busy).then(|| a.busy_since.unwrap_or(now));
+                let detour_since = a.busy.update(now, p.busy);
+                detour_busy |= detour_since.is_some();
                 self.cands[c].state = State::Active(a);
-                if a.busy_since
-                    .is_some_and(|t| now.saturating_since(t) >= self.cfg.useless_after)
+                let together_since = direct_since.zip(detour_since).map(|(d, t)| d.max(t));
+                if together_since.is_some_and(|t| now.saturating_since(t) >= self.cfg.useless_after)
                 {
                     self.judge_shared(now, li, c, &direct, &p);
                 }
             }
             self.upkeep_standby(now, li);
-            self.note_alone(now, li, direct.busy && !detour_busy, direct.rate_bps);
+            self.note_alone(
+                now,
+                li,
+                direct_since.is_some() && !detour_busy,
+                direct.rate_bps,
+            );
         }
     }
 
@@ -123,15 +165,15 @@ impl DetourManager {
             return;
         };
         if self.links[li].alone_rate > 0.0 {
-            a.busy_since = Some(now);
+            a.busy.restart(now);
             self.verdict(now, li, c, together, direct, p.error_loss);
             return;
         }
         if !cleaner(direct.error_loss, p.error_loss) {
-            a.busy_since = Some(now); // a pause would cost more than it can win
+            a.busy.restart(now); // a pause would cost more than it can win
             return;
         }
-        a.busy_since = None;
+        a.busy.clear();
         a.pause = Some(Pause {
             since: now,
             together,

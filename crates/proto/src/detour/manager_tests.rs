@@ -412,6 +412,65 @@ fn a_cleaner_detour_puts_the_lossy_direct_path_on_standby() {
     assert_eq!(standby_log(&s, PathId(0)), [true, false]);
 }
 
+/// An inner TCP's flight drains for a moment now and then (loss recovery, a held repair):
+/// a pair that is busy but for such 20-ms gaps every 200 ms is still judged, and the lossy
+/// direct path goes on standby as when both are busy throughout.
+#[test]
+fn short_idle_gaps_do_not_restart_the_judgement() {
+    let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    let direct = PathObs {
+        error_loss: 0.008,
+        ..busy(PathId(0), 550.0)
+    };
+    for _ in 0..60 {
+        s.obs.insert(PathId(0), direct);
+        s.obs.insert(p, busy(p, 450.0));
+        s.run(Duration::from_millis(180));
+        s.obs.insert(
+            PathId(0),
+            PathObs {
+                busy: false,
+                ..direct
+            },
+        );
+        s.obs.insert(
+            p,
+            PathObs {
+                busy: false,
+                ..busy(p, 450.0)
+            },
+        );
+        s.run(Duration::from_millis(20));
+        if !standby_log(&s, p).is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        standby_log(&s, p),
+        [true],
+        "the flickering pair is measured"
+    );
+    s.obs.insert(
+        PathId(0),
+        PathObs {
+            rate_bps: 1000.0,
+            ..direct
+        },
+    );
+    s.obs.insert(
+        p,
+        PathObs {
+            busy: false,
+            ..busy(p, 450.0)
+        },
+    );
+    s.run(Duration::from_millis(2100));
+    assert_eq!(s.m.counters().direct_standby, 1);
+    assert_eq!(standby_log(&s, PathId(0)), [true]);
+}
+
 /// A clearly better waiting candidate replaces the worst path once that path was held for
 /// `min_hold`; the path's own RTT replaces the optimistic request RTT.
 #[test]
