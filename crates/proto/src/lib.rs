@@ -9,6 +9,7 @@
 pub mod codel;
 pub mod crypto;
 pub mod detour;
+pub mod fq_codel;
 pub mod header_compress;
 pub mod replay;
 pub mod time;

@@ -37,8 +37,9 @@ pub use stated::StatedStats;
 pub use store::HoldStats;
 pub use transmit::Transmit;
 
-use crate::codel::{CodelQueue, QueueDrops};
+use crate::codel::QueueDrops;
 use crate::crypto::SessionId;
+use crate::fq_codel::FqCodelQueue;
 use crate::header_compress::{Compressor, Decompressor};
 use crate::path::{Path, PathConfig, PathId, PathState};
 use crate::policy::{FlowTable, Policy};
@@ -213,7 +214,7 @@ pub struct Session {
     /// Buffers of delivered packets, reused for the next payloads (`recv.rs`).
     spare: Vec<Vec<u8>>,
     jobs: VecDeque<Job>,
-    agg_queue: CodelQueue,
+    agg_queue: FqCodelQueue,
     best: BestPath,
     redundant: Redundant,
     /// Link policies (`sched/link.rs`).
@@ -281,7 +282,7 @@ impl Session {
             deliver: VecDeque::new(),
             spare: Vec::new(),
             jobs: VecDeque::new(),
-            agg_queue: CodelQueue::new(cfg.queue_max_bytes),
+            agg_queue: FqCodelQueue::new(cfg.queue_max_bytes),
             best: BestPath::new(cfg.failback_hold),
             redundant: Redundant::new(None),
             link_sched: LinkScheduler::new(cfg.failback_hold),

@@ -281,7 +281,8 @@ impl Session {
 
     /// RTTs only change with feedback: CoDel's interval and ramp-up follow them here.
     fn on_feedback(&mut self) {
-        self.agg_queue.set_interval(self.codel_interval());
+        self.agg_queue
+            .set_interval(self.codel_interval(), self.live_rtt_range().1);
         let ramping = self
             .paths
             .iter()

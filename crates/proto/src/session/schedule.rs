@@ -15,7 +15,7 @@
 //! samples do not lower its bandwidth estimate.
 
 use super::{Job, Session, MAX_JOBS};
-use crate::codel::CodelQueue;
+use crate::fq_codel::FqCodelQueue;
 use crate::path::{PathId, PathState, PathView};
 use crate::policy::{parse_flow, FlowKey, LinkRule, Policy};
 use crate::sched::realtime::{self, RtChoice};
@@ -288,7 +288,7 @@ pub(super) struct Striped {
 /// the queue here. (Fields, not `&mut Session`: the datagram builder holds the path and
 /// key borrowed meanwhile.)
 pub(super) fn take_striped(
-    queue: &mut CodelQueue,
+    queue: &mut FqCodelQueue,
     meter: &mut FlowMeter,
     next_data_seq: &mut u64,
     now: Instant,
