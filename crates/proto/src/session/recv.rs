@@ -280,13 +280,22 @@ impl Session {
     }
 
     /// RTTs only change with feedback: CoDel's interval and ramp-up follow them here.
+    /// The best queue ramps only while the path `best` uses does: the others carry none of
+    /// its data and stay in startup for good.
     fn on_feedback(&mut self) {
-        self.agg_queue.set_interval(self.codel_interval());
-        let ramping = self
-            .paths
-            .iter()
-            .any(|s| s.path.state() != PathState::Down && s.path.in_startup());
-        self.agg_queue.set_ramping(ramping);
+        let interval = self.codel_interval();
+        let ramping = |id: Option<PathId>| {
+            self.paths.iter().any(|s| {
+                s.path.state() != PathState::Down
+                    && s.path.in_startup()
+                    && id.is_none_or(|id| s.path.id() == id)
+            })
+        };
+        let (all, best) = (ramping(None), ramping(self.best.current()));
+        self.agg_queue.set_interval(interval);
+        self.agg_queue.set_ramping(all);
+        self.best_queue.set_interval(interval);
+        self.best_queue.set_ramping(best);
     }
 
     /// One IP packet the peer sent: de-duplication, policy learning, the reorder buffer,
