@@ -14,7 +14,7 @@
 //! of its own (CoDel too), paced by that path's rate controller, numbered and ordered in
 //! its flow when it leaves, so a datagram the link loses is repaired (`reinject.rs`) and
 //! the inner TCP sees only CoDel's drops. Unpaced, `best` left the link's losses to the
-//! inner TCP: 1 % random loss held CUBIC at 5.5 Mbit/s on a 60 Mbit/s link. Why pacing
+//! inner TCP: 1 % random loss held CUBIC at 5.3 Mbit/s on a 60 Mbit/s link (45.5 now). Why pacing
 //! and not repair alone: a repaired congestion loss is one the inner TCP never sees, so it
 //! would fill the link's queue without bound; the rate controller and CoDel put that
 //! signal back where `aggregate` has it. Other protocols under `best` stay unpaced and
