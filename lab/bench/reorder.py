@@ -11,8 +11,9 @@ turn one CUBIC upload (``cli`` -> ``srv``) of ``--seconds`` per policy in ``POLI
 daemons restarted between policies, the links stay).
 
 Beside them, as the peer in the same run, plain TCP over link a alone (the link ``best``
-picks), no tunnel: what the link's reordering does to a TCP that sees it raw (``best`` passes
-a path's packets unordered, so its inner TCP sees the link's reordering as this one does).
+picks), no tunnel: what the link's reordering and losses do to a TCP that sees them raw
+(``best`` paces TCP on that link, orders it and repairs what the link loses, as ``aggregate``
+does on every link).
 
 Reported per flow: goodput; packets the client sent again (``repaired`` on the server's NACK
 plus ``reinjected`` from a path judged failing, deltas of the client's counters) against the

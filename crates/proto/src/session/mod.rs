@@ -215,6 +215,8 @@ pub struct Session {
     spare: Vec<Vec<u8>>,
     jobs: VecDeque<Job>,
     agg_queue: FqCodelQueue,
+    /// TCP under `best`, paced on the path `best` picks (`schedule.rs`).
+    best_queue: FqCodelQueue,
     best: BestPath,
     redundant: Redundant,
     /// Link policies (`sched/link.rs`).
@@ -283,6 +285,7 @@ impl Session {
             spare: Vec::new(),
             jobs: VecDeque::new(),
             agg_queue: FqCodelQueue::new(cfg.queue_max_bytes),
+            best_queue: FqCodelQueue::new(cfg.queue_max_bytes),
             best: BestPath::new(cfg.failback_hold),
             redundant: Redundant::new(None),
             link_sched: LinkScheduler::new(cfg.failback_hold),
@@ -333,14 +336,26 @@ impl Session {
         }
     }
 
-    /// Bytes waiting in the aggregate ingress queue.
+    /// Bytes waiting in the ingress queues (`aggregate`, and TCP under `best`).
     pub fn queued_bytes(&self) -> usize {
-        self.agg_queue.bytes()
+        self.agg_queue.bytes() + self.best_queue.bytes()
     }
 
-    /// Drops in the aggregate ingress queue.
+    /// Drops in the ingress queues (`aggregate`, and TCP under `best`).
     pub fn queue_drops(&self) -> QueueDrops {
-        self.agg_queue.drops()
+        let (a, b) = (self.agg_queue.drops(), self.best_queue.drops());
+        QueueDrops {
+            codel: a.codel + b.codel,
+            overflow: a.overflow + b.overflow,
+        }
+    }
+
+    /// The paced ingress queue `q`.
+    fn paced_queue(&mut self, q: schedule::Queue) -> &mut FqCodelQueue {
+        match q {
+            schedule::Queue::Best => &mut self.best_queue,
+            schedule::Queue::Aggregate => &mut self.agg_queue,
+        }
     }
 
     /// Reorder metrics.

@@ -280,14 +280,30 @@ impl Session {
     }
 
     /// RTTs only change with feedback: CoDel's interval and ramp-up follow them here.
+    /// The best queue ramps only while the path `best` uses does: the others carry none of
+    /// its data and stay in startup for good.
     fn on_feedback(&mut self) {
-        self.agg_queue
-            .set_interval(self.codel_interval(), self.live_rtt_range().1);
-        let ramping = self
+        let interval = self.codel_interval();
+        let ramping = |id: Option<PathId>| {
+            self.paths.iter().any(|s| {
+                s.path.state() != PathState::Down
+                    && s.path.in_startup()
+                    && id.is_none_or(|id| s.path.id() == id)
+            })
+        };
+        let (all, best) = (ramping(None), ramping(self.best.current()));
+        // The target follows the round trip of the paths the queue's flows cross: all live
+        // paths for `aggregate`, the path `best` uses for its queue.
+        let slowest = self.live_rtt_range().1;
+        let best_rtt = self
             .paths
             .iter()
-            .any(|s| s.path.state() != PathState::Down && s.path.in_startup());
-        self.agg_queue.set_ramping(ramping);
+            .find(|s| Some(s.path.id()) == self.best.current())
+            .map_or(slowest, |s| s.path.rtt().smoothed());
+        self.agg_queue.set_interval(interval, slowest);
+        self.agg_queue.set_ramping(all);
+        self.best_queue.set_interval(interval, best_rtt);
+        self.best_queue.set_ramping(best);
     }
 
     /// One IP packet the peer sent: de-duplication, policy learning, the reorder buffer,

@@ -26,7 +26,8 @@
 //! Repair: the peer sees a gap in a path's `path_seq` when the next datagram arrives on that
 //! path, and reports it in a NACK once RACK declares it lost (`path/gaps.rs`: at once on a
 //! path that has not reordered, after the reordering window on one that has). The ordered
-//! (`aggregate`) data those datagrams carried is queued again, keeping its ORDERED flag,
+//! data those datagrams carried (`aggregate`, and TCP under `best`) is queued again,
+//! keeping its ORDERED flag,
 //! while the receiver's reorder buffer still holds the hole (its hold covers a repair:
 //! `Session::reorder_hold`). An ACK's `largest` says nothing about the datagrams below it
 //! that are still missing at the peer, so what an ACK covers is kept for `grace` (the
@@ -34,8 +35,20 @@
 //! forgotten: a NACK that comes after the reordering window still finds its data.
 //! So a loss on one path — a drop-tail overflow, a radio error — never reaches the inner
 //! TCP, whose congestion signal is the ingress queue's CoDel drops (each path's rate is the
-//! rate controller's business). `best` packets are not repaired: nothing paces them but
-//! the inner TCP, which must see its losses.
+//! rate controller's business).
+//!
+//! TCP under `best` is repaired too, because it is carried as `aggregate` is, restricted
+//! to the one path `best` picks (`schedule.rs`): its own CoDel queue, that path's pacer
+//! and window, ORDERED in its flow; its repairs go on that same path (or follow `best` to
+//! another when the path fails). The pacing is what makes repair safe: a congestion loss
+//! repaired is one the inner TCP never sees, so unpaced it would grow into the link's
+//! queue without bound; paced, the rate controller answers the link's congestion and
+//! CoDel tells the inner TCP. The alternative, repairing only losses judged transmission
+//! errors (`path/loss.rs`) while `best` stays unpaced, was not taken: the verdict comes a
+//! few samples after the loss, later than the repair should leave, and each congestion
+//! loss misjudged and repaired lets the queue grow again. Other `best` packets (not TCP)
+//! and link-policy packets are not repaired: they go unordered and unpaced, and a copy
+//! would only reorder them.
 //!
 //! Invariants: memory is bounded (`MAX_IN_FLIGHT` packets per path not yet covered by an
 //! ACK and as many covered, `MAX_REINJECT` in the queue; the oldest go first when full,

@@ -6,8 +6,8 @@
 //! time, or its interface gone) and nothing heard from the peer since — a packet for the
 //! peer is held here instead of being sent into the void; so is everything the session
 //! had sent since the paths' last feedback (their unacknowledged data and the
-//! reinjection queue, all lost with the link) and the aggregate queue (CoDel would drop
-//! it for its age). A path is live again when it is not `Down` (an ACK or a handshake
+//! reinjection queue, all lost with the link) and the paced queues (CoDel would drop
+//! their packets for their age). A path is live again when it is not `Down` (an ACK or a handshake
 //! proved it) or when an authenticated datagram from the peer arrived on it within the
 //! detection time: on the server that is the first datagram from the client's new
 //! address, which `admit_path` has just followed. The held packets then go out at once,
@@ -321,6 +321,9 @@ impl Session {
         }
         sent.extend(self.reinject.drain(..));
         self.hold_sent(now, sent);
+        while let Some(packet) = self.best_queue.take() {
+            self.hold(now, Policy::Best, packet);
+        }
         while let Some(packet) = self.agg_queue.take() {
             self.hold(now, Policy::Aggregate, packet);
         }
@@ -475,7 +478,7 @@ impl Session {
             &mut self.flow_meter,
             &mut self.next_data_seq,
             now,
-            flow,
+            (flow, Policy::Aggregate),
             true,
             self.cfg.flow_order,
         );

@@ -6,6 +6,7 @@
 //! only when the datagram is actually built, so numbering has no holes that would read as
 //! loss.
 
+use super::schedule::Queue;
 use super::Session;
 use crate::crypto::TAG_LEN;
 use crate::fec::ParityBlock;
@@ -206,10 +207,12 @@ impl Session {
         // compression (29 bytes) for no rider at all.
         let riding = flags.ordered() && self.reinject.is_empty() && {
             let plain = DataFrame::header_len(*flags) + packet.len();
-            self.agg_queue.head(now).is_some_and(|next| {
-                next.len() <= RIDER_MAX
-                    && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
-            })
+            self.paced_queue(Queue::of_code(flags.policy_code()))
+                .head(now)
+                .is_some_and(|next| {
+                    next.len() <= RIDER_MAX
+                        && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
+                })
         };
         // A realtime packet goes whole: it must stand alone (a lost context definition
         // would make the next ones undecodable), as the FEC shards it belongs to do.
@@ -269,16 +272,22 @@ impl Session {
             self.counters.tx_compressed += 1;
         }
         if plan.riding {
-            self.write_riders(now, w);
+            self.write_riders(now, w, flags.policy_code());
         }
         Some(())
     }
 
-    /// Small striped packets queued behind the one just written, into the same datagram.
-    fn write_riders(&mut self, now: Instant, w: &mut FrameWriter<'_>) {
+    /// Small striped packets queued behind the one just written (of policy code `code`),
+    /// from the same queue, into the same datagram.
+    fn write_riders(&mut self, now: Instant, w: &mut FrameWriter<'_>, code: u8) {
         let limit = self.cfg.max_datagram - DATA_HEADER_LEN - TAG_LEN;
+        let queue = Queue::of_code(code);
         while self.riders.len() < MAX_RIDERS {
-            let Some(next) = self.agg_queue.head(now) else {
+            let q = match queue {
+                Queue::Best => &mut self.best_queue,
+                Queue::Aggregate => &mut self.agg_queue,
+            };
+            let Some(next) = q.head(now) else {
                 break;
             };
             // Room for the largest header a rider may need (with a gap).
@@ -291,11 +300,11 @@ impl Session {
             // (`FlowMeter::record`): acknowledgements need no second path.
             let flow = parse_flow(next).map(|(k, _)| k);
             let Some(r) = super::schedule::take_striped(
-                &mut self.agg_queue,
+                q,
                 &mut self.flow_meter,
                 &mut self.next_data_seq,
                 now,
-                flow,
+                (flow, queue.policy()),
                 false,
                 self.cfg.flow_order,
             ) else {

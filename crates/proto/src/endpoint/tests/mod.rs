@@ -9,6 +9,7 @@
 //! a time-ordered heap with a sequence tie-break), and it never alters a datagram.
 
 mod basic;
+mod best;
 mod dynamics;
 mod failover;
 mod flood;
