@@ -14,6 +14,7 @@ mod failover;
 mod flood;
 mod hostile;
 mod inner_v6;
+mod keepalive;
 mod lifecycle;
 mod links;
 mod mobility;
