@@ -12,7 +12,9 @@
 //!   without them a bulk flow starting 0.5 s into a session over jittery links lost a
 //!   sixth of its goodput in the simulator's reordering test), or a policy statement or relay list of ours still
 //!   unacknowledged (they ride in the datagrams that go anyway, `stated.rs`, `relays.rs`,
-//!   and a path that failed under them is probed back soon): `probe_interval` = detect / 4
+//!   and a path that failed under them is probed back soon), or packets held while no path
+//!   is live (`store.rs`: they leave as soon as a probe finds a path back):
+//!   `probe_interval` = detect / 4
 //!   on both sides, as always. Every path a failover could move to stays proven within a
 //!   quarter of the detection time, and a path that dies under data is Suspect after
 //!   `suspect_after` and Down after `detect`, unchanged.
@@ -62,7 +64,7 @@ impl Session {
             Side::Client => self.cfg.keepalive,
             Side::Server => self.cfg.keepalive * SERVER_IDLE_HALVES / 2,
         };
-        let idle_at = if self.stated.pending() || self.relays.pending() {
+        let idle_at = if self.stated.pending() || self.relays.pending() || !self.store.is_empty() {
             None
         } else {
             Some(
