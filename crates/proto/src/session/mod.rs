@@ -308,7 +308,9 @@ impl Session {
             decompressor: Decompressor::default(),
             riders: Vec::new(),
             reinject: VecDeque::new(),
-            view_buf: Vec::with_capacity(crate::sched::MAX_PATHS),
+            // Grows to the number of paths at the first packet scheduled (2.3 KB for all
+            // `MAX_PATHS` held by every session, idle ones too, otherwise).
+            view_buf: Vec::new(),
             rt_rx: realtime_rx::Lateness::default(),
             fec_tx: crate::fec::Encoder::default(),
             fec_rx: crate::fec::Decoder::default(),
