@@ -232,3 +232,38 @@ fn held_packets_keep_the_links_probed_at_the_fast_rate() {
         "{last:?}"
     );
 }
+
+/// Link 1's uplink dies while the session is idle (its downlink still works). The
+/// client's probes on it go unanswered: Down at the client within a keepalive and
+/// `detect`. The server hears no more probes there, so its own, 2.5 keepalives after its
+/// last answer, goes out; the client's ACK of it is lost: Down at the server within
+/// 2.5 keepalives and `detect`. Link 0 stays Up on both sides.
+#[test]
+fn a_path_dead_one_way_while_idle_is_found_by_both_sides() {
+    let cfg = session_cfg();
+    let mut p = pair(65);
+    p.run_until(p.now + Duration::from_secs(20));
+    let cut = p.now;
+    p.up[1].blackhole = true;
+    p.run_until(cut + Duration::from_secs(20));
+    let down = Event::PathState(PathId(1), PathState::Down);
+    let bounds = [
+        (&p.client_events, "client", cfg.keepalive + cfg.detect),
+        (
+            &p.server_events,
+            "server",
+            cfg.keepalive * 5 / 2 + cfg.detect,
+        ),
+    ];
+    for (events, side, bound) in bounds {
+        let t = first_event_after(events, cut, &down).unwrap_or_else(|| panic!("{side}"));
+        let after = t.saturating_since(cut);
+        // Measured: 5.27 s at the client, 12.8 s at the server.
+        eprintln!("{side}: link 1 Down {after:?} after its uplink died");
+        assert!(after <= bound + GAP, "{side}: {after:?}");
+    }
+    for sess in [p.client.session(), p.server_session()] {
+        let st = sess.paths().find(|x| x.id() == PathId(0)).unwrap().state();
+        assert_eq!(st, PathState::Up);
+    }
+}
