@@ -5,7 +5,9 @@ client endpoints x 2 links in one process against one ``multihome server``:
 
 1. *up*: every session starts at once; time until all are up, handshakes per second;
 2. *idle*: the server's memory (VmRSS, /proc) with every session up and quiet, against the
-   same server before any session (its peers configured): bytes per idle session;
+   same server before any session (its peers configured): bytes per idle session; its CPU
+   and datagrams a second once every session has been quiet for longer than the keepalive
+   interval (a new session probes at the fast rate for its first 5 s: PROTOCOL.md §6.6);
 3. *steady*: every session sends ``rate_kbit`` (default 256 kbit/s) of numbered packets to
    a sink in the server's namespace; loss per session; the server's CPU (/proc/<pid>/stat);
 4. *churn*, *roam*: the same while 10 % of the sessions leave and re-join (CLOSE, new
@@ -44,6 +46,10 @@ from lab.traffic import parse_result
 
 SPOOFED = "198.18.0.0/15"
 FLOOD_PPS = 100_000
+# The idle phase: past the 5-s keepalive interval (`keepalive_ms`) after the last session's
+# first datagram, then 4 s measured.
+IDLE_S = 12.0
+IDLE_MEASURE_S = 4.0
 BARS = {"all_up_s": 10.0, "loss_pct": 0.1, "idle_kb_per_session": 16.0, "flood_ratio": 0.9}
 
 
@@ -95,7 +101,7 @@ def big_run(lab: Lab, a: dict) -> dict:
     time.sleep(1.0)
     base_kb = proc_memory_kb(srv.pid)
     low = a["low_rate_kbit"]
-    phases = ["up", "idle:6", f"steady:{secs}", f"steady:{secs}@{low}"]
+    phases = ["up", f"idle:{IDLE_S}", f"steady:{secs}", f"steady:{secs}@{low}"]
     phases += [f"churn:{secs}@{low}", f"roam:{secs}@{low}", f"bulk:{bulk_s}", f"bulk:{bulk_s}"]
     lg = s.loadgen(
         phases, rate_kbit=a["rate_kbit"], packet_bytes=a["packet_bytes"],
@@ -105,9 +111,9 @@ def big_run(lab: Lab, a: dict) -> dict:
     started(lg, 0, 30)
     out["loadavg_start"] = os.getloadavg()
     started(lg, 1, 120)
-    time.sleep(1.0)
+    time.sleep(IDLE_S - IDLE_MEASURE_S - 1.0)
     cpu0, dg0, t0 = proc_cpu_s(srv.pid), udp_in(s), time.monotonic()
-    time.sleep(3.0)
+    time.sleep(IDLE_MEASURE_S)
     dt = time.monotonic() - t0
     out["server_cpu_idle"] = (proc_cpu_s(srv.pid) - cpu0) / dt
     out["server_datagrams_per_s_idle"] = (udp_in(s) - dg0) / dt

@@ -6,9 +6,10 @@ download across a 30 s total outage with a new address (store-and-forward, §16)
 limit reached while the server serves another client.
 
 Links as in test_tunnel_e2e.py: fast 100 Mbit/s, slow 50 Mbit/s (tbf both ways). A link a
-policy keeps idle still carries keepalives: a PING every detect/4 = 250 ms each way and
-their ACKs, under 100 bytes each, so at most 2 × 4 × 100 B = 800 B/s per direction — the
-bound below allows 16 KiB plus that per second of the run.
+policy keeps idle still carries keepalives while the session carries data: a PING every
+detect/4 = 250 ms each way and their ACKs, under 100 bytes each, so at most 2 × 4 × 100 B =
+800 B/s per direction (once the session is idle, 3 datagrams per 5 s) — the bound below
+allows 16 KiB plus that per second of the run.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@ real etcd cluster, a client that resolves its server and moves to another when i
 forged and replayed records refused, the embedded store surviving a restart.
 
 Failover bound, from the parameters set here (detect_ms = 1000, docs/PROTOCOL.md §6.4, §6.6;
-crates/multihome/src/daemon/naming.rs): the dead server's paths go Down within detect +
-probe interval = 1000 + 250 ms; the client looks every tick (250 ms); the resolve round waits
-100 ms after the first answer; the new handshake is one round trip (< 1 ms here); the test
-polls status every 50 ms plus up to ~100 ms per `multihome status`. Sum 1.75 s; the issue's
-bar is 3 s, which is asserted.
+crates/multihome/src/daemon/naming.rs): the client carried data within the last keepalive
+interval (the transfer just before the kill), so its paths are probed every detect / 4 and
+the dead server's paths go Down within detect + probe interval = 1000 + 250 ms (an idle
+client would take up to keepalive + detect = 6 s, §6.6); the client looks every tick
+(250 ms); the resolve round waits 100 ms after the first answer; the new handshake is one
+round trip (< 1 ms here); the test polls status every 50 ms plus up to ~100 ms per
+`multihome status`. Sum 1.75 s; the issue's bar is 3 s, which is asserted.
 """
 
 from __future__ import annotations

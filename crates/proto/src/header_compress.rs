@@ -230,23 +230,20 @@ pub enum DecompressError {
 }
 
 /// Receiver side: contexts by id, and the rebuilding of packets.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Decompressor {
+    /// Empty until the first definition (3.8 KB a session that never receives a
+    /// compressed TCP packet, an idle one, does not hold), then `CONTEXTS` entries.
     contexts: Vec<Option<StaticFields>>,
-}
-
-impl Default for Decompressor {
-    fn default() -> Self {
-        Decompressor {
-            contexts: vec![None; CONTEXTS],
-        }
-    }
 }
 
 impl Decompressor {
     /// A DATA_DEFINE frame arrived carrying `packet` for context `ctx`: remember the
     /// packet's static fields (a packet the format cannot carry clears the context).
     pub fn define(&mut self, ctx: u8, packet: &[u8]) {
+        if self.contexts.is_empty() {
+            self.contexts = vec![None; CONTEXTS];
+        }
         self.contexts[usize::from(ctx)] = parse(packet);
     }
 
@@ -264,7 +261,12 @@ impl Decompressor {
         body: &[u8],
         p: &mut Vec<u8>,
     ) -> Result<(), DecompressError> {
-        let c = self.contexts[usize::from(ctx)].ok_or(DecompressError::UnknownContext)?;
+        let c = self
+            .contexts
+            .get(usize::from(ctx))
+            .copied()
+            .flatten()
+            .ok_or(DecompressError::UnknownContext)?;
         let n = dynamic_len(c.timestamps);
         if body.len() < n {
             return Err(DecompressError::Truncated);
@@ -449,6 +451,14 @@ mod tests {
         assert_eq!(d.decompress(ctx, &body), Err(DecompressError::Checksum));
         assert_eq!(d.decompress(7, &body), Err(DecompressError::UnknownContext));
         assert_eq!(d.decompress(0, &body[..3]), Err(DecompressError::Truncated));
+        // A receiver that never had a definition holds no contexts, and refuses any.
+        let fresh = Decompressor::default();
+        for ctx in [0, 7, 255] {
+            assert_eq!(
+                fresh.decompress(ctx, &body),
+                Err(DecompressError::UnknownContext)
+            );
+        }
     }
 
     proptest! {

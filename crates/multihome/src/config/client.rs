@@ -55,6 +55,8 @@ pub struct ClientSettings {
     pub dashboard: Option<SocketAddr>,
     /// Dead-link detection time.
     pub detect: Duration,
+    /// Probe interval of an idle session's links (`keepalive_ms`).
+    pub keepalive: Duration,
     /// Failback hold of the `best` policy.
     pub failback_hold: Duration,
     /// TUN MTU.
@@ -219,6 +221,26 @@ pub(super) fn parse_detect(
             v.span().start,
             format!("detect_ms = {} is out of range", v.get_ref()),
             "use a value from 100 to 60000 milliseconds",
+        )),
+    }
+}
+
+/// `keepalive_ms`, 1000–25000, default 5000: how often an idle session probes each link
+/// (`session/keepalive.rs`). At most 25 s: UDP bindings of NATs last 30 s at least for most
+/// middleboxes, and the probes are what keeps them.
+pub(super) fn parse_keepalive(
+    src: &Source<'_>,
+    k: Option<&Spanned<u64>>,
+) -> Result<Duration, ConfigError> {
+    match k {
+        None => Ok(multihome_proto::session::DEFAULT_KEEPALIVE),
+        Some(v) if (1_000..=25_000).contains(v.get_ref()) => {
+            Ok(Duration::from_millis(*v.get_ref()))
+        }
+        Some(v) => Err(src.err(
+            v.span().start,
+            format!("keepalive_ms = {} is out of range", v.get_ref()),
+            "use a value from 1000 to 25000 milliseconds",
         )),
     }
 }
@@ -478,6 +500,7 @@ pub(super) fn validate_with(
             .map(|m| parse_addr(src, m, "dashboard"))
             .transpose()?,
         detect: parse_detect(src, c.detect_ms.as_ref())?,
+        keepalive: parse_keepalive(src, c.keepalive_ms.as_ref())?,
         failback_hold: Duration::from_millis(c.failback_hold_ms.unwrap_or(3000)),
         mtu: parse_mtu(src, c.mtu.as_ref())?,
         aggregate,

@@ -210,6 +210,11 @@ fn fixed_keys(
             ),
             ("detect_ms", "detect_ms", old.detect != new.detect),
             (
+                "keepalive_ms",
+                "keepalive_ms",
+                old.keepalive != new.keepalive,
+            ),
+            (
                 "failback_hold_ms",
                 "failback_hold_ms",
                 old.failback_hold != new.failback_hold,
@@ -379,6 +384,11 @@ pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, Co
                 old.metrics_listen != new.metrics_listen,
             ),
             ("detect_ms", "detect_ms", old.detect != new.detect),
+            (
+                "keepalive_ms",
+                "keepalive_ms",
+                old.keepalive != new.keepalive,
+            ),
             ("mtu", "mtu", old.mtu != new.mtu),
             ("cipher", "cipher", old.ciphers != new.ciphers),
             ("hold_max_mb/hold_max_s", "hold_max_", old.hold != new.hold),

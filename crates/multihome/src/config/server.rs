@@ -1,8 +1,8 @@
 //! Validation of `server.toml` into `ServerSettings`.
 
 use super::client::{
-    check_ifname, parse_addr, parse_cipher, parse_detect, parse_hold, parse_key, parse_mtu,
-    parse_net, parse_policy,
+    check_ifname, parse_addr, parse_cipher, parse_detect, parse_hold, parse_keepalive, parse_key,
+    parse_mtu, parse_net, parse_policy,
 };
 use super::raw::ServerFile;
 use super::{relative_to, ConfigError, Source};
@@ -47,6 +47,8 @@ pub struct ServerSettings {
     pub dashboard: Option<SocketAddr>,
     /// Detection time.
     pub detect: Duration,
+    /// Probe interval of idle sessions (`keepalive_ms`).
+    pub keepalive: Duration,
     /// TUN MTU.
     pub mtu: u32,
     /// Policy for downstream flows not yet seen from the client.
@@ -142,6 +144,7 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
             .map(|m| parse_addr(src, m, "dashboard"))
             .transpose()?,
         detect: parse_detect(src, s.detect_ms.as_ref())?,
+        keepalive: parse_keepalive(src, s.keepalive_ms.as_ref())?,
         mtu,
         default_policy: match &s.default_policy {
             Some(p) => parse_policy(src, p, None)?,

@@ -296,6 +296,23 @@ fn hold_limits_default_and_range() {
 }
 
 #[test]
+fn keepalive_defaults_to_five_seconds_within_one_to_twenty_five() {
+    let c = client(&client_src("server = \"10.0.1.1:7000\"\n", LINKS)).unwrap();
+    assert_eq!(c.keepalive, Duration::from_secs(5));
+    let t = client_src("server = \"10.0.1.1:7000\"\nkeepalive_ms = 20000\n", LINKS);
+    assert_eq!(client(&t).unwrap().keepalive, Duration::from_secs(20));
+    for bad in [999, 25_001] {
+        let t = client_src(
+            &format!("server = \"10.0.1.1:7000\"\nkeepalive_ms = {bad}\n"),
+            LINKS,
+        );
+        let e = client(&t).unwrap_err();
+        assert!(e.message.contains(&format!("keepalive_ms = {bad}")), "{e}");
+        assert_eq!(e.line, 5, "{e}");
+    }
+}
+
+#[test]
 fn link_policies_name_links_and_errors_are_located() {
     use multihome_proto::path::PathId;
     use multihome_proto::policy::{LinkRule, Policy};

@@ -147,6 +147,7 @@ fn client_config(
         server_key: s.server_public_key,
         session: SessionConfig {
             detect: s.detect,
+            keepalive: s.keepalive,
             failback_hold: s.failback_hold,
             aggregate: s.aggregate,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,

@@ -131,6 +131,7 @@ fn server_config(s: &ServerSettings, key: multihome_proto::crypto::StaticSecret)
         peers: peer_configs(s),
         session: SessionConfig {
             detect: s.detect,
+            keepalive: s.keepalive,
             max_datagram: s.mtu as usize + multihome_proto::wire::OVERHEAD_BYTES,
             hold_max_bytes: s.hold.0,
             hold_max_age: s.hold.1,

@@ -1,7 +1,8 @@
 //! Liveness of a path: `Up` while feedback is recent, `Suspect` once the oldest
 //! unacknowledged datagram has waited well past the RTT, `Down` after the detection time
 //! (longer on a path whose own RTT is longer: [`down_after`]); and when those changes, or
-//! the next keepalive probe, are due.
+//! the next keepalive probe, are due (the session picks the probe schedule, [`Keepalive`]:
+//! a quarter of the detection time while it carries user data, seconds while idle).
 //!
 //! The deadlines are asked for after every event the driver handles (for each path of
 //! each session it wakes); `Instant + Duration` adds in u64 for that reason (`time.rs`).
@@ -82,16 +83,41 @@ impl Path {
         })
     }
 
-    /// When a keepalive probe is next due.
-    pub fn probe_deadline(&self) -> Option<Instant> {
+    /// When a keepalive probe is next due under `k` (`None` while the local interface is
+    /// unusable): `probe_interval` after the last eliciting datagram while the session is
+    /// active, `k.idle_interval` after it once the session is idle by then; at once on a
+    /// path never sent on.
+    ///
+    /// A pure function of the path and `k`, no clock: the deadline `poll_timeout` reports
+    /// is the one `handle_timeout` acts on. Waking from idleness moves `k.idle_at` ahead,
+    /// and a path whose last probe is older than `probe_interval` is then due at once.
+    pub fn probe_deadline(&self, k: Keepalive) -> Option<Instant> {
         if !self.available {
             return None;
         }
-        Some(
-            self.last_sent_time
-                .map_or(Instant::ZERO, |t| t + self.cfg.probe_interval),
-        )
+        let Some(t) = self.last_sent_time else {
+            return Some(Instant::ZERO);
+        };
+        let active = t + self.cfg.probe_interval;
+        Some(match k.idle_at {
+            Some(idle) if active >= idle => t + k.idle_interval.max(self.cfg.probe_interval),
+            _ => active,
+        })
     }
+
+    /// When the last eliciting datagram (data or PING) was sent on the path.
+    pub fn last_sent(&self) -> Option<Instant> {
+        self.last_sent_time
+    }
+}
+
+/// The probe schedule a session imposes on its paths (`session/keepalive.rs` decides it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// From when the session counts as idle; `None` while it stays active.
+    pub idle_at: Option<Instant>,
+    /// Probe interval once idle (a path's own `probe_interval` if that is longer).
+    pub idle_interval: Duration,
 }
 
 #[cfg(test)]
@@ -104,6 +130,77 @@ mod tests {
             r.on_sample(Duration::from_millis(ms));
         }
         r
+    }
+
+    fn path_sent_at(ms: u64) -> Path {
+        let addr = "10.0.0.1:7000".parse().unwrap();
+        let cfg = super::super::PathConfig::from_detect(Duration::from_secs(1));
+        let mut p = Path::new(super::super::PathId(0), addr, Instant::ZERO, cfg);
+        p.on_sent(
+            Instant::from_micros(ms * 1000),
+            60,
+            super::super::SentKind::Probe,
+        );
+        p
+    }
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_micros(ms * 1000)
+    }
+
+    #[test]
+    fn probes_every_quarter_detect_while_active_and_every_keepalive_once_idle() {
+        let p = path_sent_at(10_000);
+        let idle_interval = Duration::from_secs(5);
+        // Active for a long while yet: a quarter of the detection time.
+        let active = Keepalive {
+            idle_at: None,
+            idle_interval,
+        };
+        assert_eq!(p.probe_deadline(active), Some(at(10_250)));
+        let later = Keepalive {
+            idle_at: Some(at(60_000)),
+            idle_interval,
+        };
+        assert_eq!(p.probe_deadline(later), Some(at(10_250)));
+        // Idle by the time the quarter is up: the keepalive interval.
+        let idle = Keepalive {
+            idle_at: Some(at(10_100)),
+            idle_interval,
+        };
+        assert_eq!(p.probe_deadline(idle), Some(at(15_000)));
+        // Never shorter than the active interval (a long detection time).
+        let short = Keepalive {
+            idle_at: Some(at(0)),
+            idle_interval: Duration::from_millis(100),
+        };
+        assert_eq!(p.probe_deadline(short), Some(at(10_250)));
+    }
+
+    #[test]
+    fn waking_makes_a_path_probed_long_ago_due_at_once() {
+        let p = path_sent_at(10_000);
+        // Data at 14 s makes the session active until 19 s: the path's last probe is
+        // older than a quarter of the detection time, so the next is overdue now.
+        let woken = Keepalive {
+            idle_at: Some(at(19_000)),
+            idle_interval: Duration::from_secs(5),
+        };
+        assert!(p.probe_deadline(woken).unwrap() <= at(14_000));
+    }
+
+    #[test]
+    fn a_path_never_sent_on_is_probed_at_once_and_an_unusable_one_never() {
+        let addr = "10.0.0.1:7000".parse().unwrap();
+        let cfg = super::super::PathConfig::from_detect(Duration::from_secs(1));
+        let mut p = Path::new(super::super::PathId(0), addr, Instant::ZERO, cfg);
+        let k = Keepalive {
+            idle_at: Some(Instant::ZERO),
+            idle_interval: Duration::from_secs(5),
+        };
+        assert_eq!(p.probe_deadline(k), Some(Instant::ZERO));
+        p.set_available(at(1), false);
+        assert_eq!(p.probe_deadline(k), None);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! Receiver side (`receiver.rs`): counts what arrives, measures packet pairs (`pair.rs`)
 //! and schedules ACK and PAIR frames. Liveness: a path whose oldest
 //! unacknowledged datagram is older than the detection time is `Down`; keepalive PINGs
-//! are sent on idle paths so this holds without user traffic (`liveness.rs`).
+//! are sent on paths nothing else is sent on, so this holds without user traffic, at the
+//! rate the session's activity calls for (`liveness.rs`, `session/keepalive.rs`).
 //!
 //! Invariants: all counters are monotonic; a path never reports `Up` without having
 //! received feedback; memory per path is bounded (fixed ring of sent records).
@@ -26,6 +27,7 @@ mod sent;
 mod tail;
 
 pub use control::LossCounters;
+pub use liveness::Keepalive;
 pub use rate::{DeliveryRate, WindowedMaxRate};
 pub use receiver::{Nacks, Received, MAX_NACK_RANGES};
 pub use rtt::RttEstimator;
@@ -182,7 +184,8 @@ pub enum SentKind {
 pub struct PathConfig {
     /// A path with no feedback for this long is `Down`.
     pub detect: Duration,
-    /// Idle paths are probed this often.
+    /// A path nothing eliciting was sent on for this long is probed, while the session
+    /// carries user data (an idle session probes every `SessionConfig::keepalive`).
     pub probe_interval: Duration,
     /// Relative cost of a byte on the path (a metered LTE link costs more than DSL; default
     /// 1): redundancy and FEC parity go on the cheapest paths that meet their targets.

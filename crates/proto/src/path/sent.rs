@@ -14,8 +14,9 @@
 use super::rate::RateSnapshot;
 use crate::Instant;
 
-/// Slots of a new ring (about 4 KB).
-const MIN_CAP: usize = 64;
+/// Slots of a new ring (1 KB: an idle path has one probe in flight at a time; a busy one
+/// doubles its way up within its first round trips).
+const MIN_CAP: usize = 16;
 /// Most slots: enough for a full window of small datagrams on a fast path (about 1 MB).
 const MAX_CAP: usize = 16384;
 

@@ -20,6 +20,7 @@ mod delay;
 mod fec;
 mod hold;
 mod holes;
+mod keepalive;
 mod keyring;
 mod realtime_rx;
 mod recv;
@@ -30,6 +31,7 @@ mod stated;
 mod store;
 mod transmit;
 
+pub use keepalive::DEFAULT_KEEPALIVE;
 pub use keyring::{Keypair, Keyring, Slot};
 pub use recv::SealedData;
 pub use relays::RelaysStats;
@@ -94,6 +96,10 @@ pub struct SessionConfig {
     /// the driver marked `Transmit::kernel_copies`, which sends it where the kernel copies
     /// it onto every other link (nftables `dup`). Off: one sealed datagram per copy.
     pub kernel_copies: bool,
+    /// Probe interval of an idle session's paths (`keepalive.rs`; the server's own probes
+    /// wait 2.5 times as long, answering the client's meanwhile). Never shorter than a
+    /// quarter of `detect`, the interval while the session carries user data.
+    pub keepalive: Duration,
 }
 
 impl Default for SessionConfig {
@@ -111,6 +117,7 @@ impl Default for SessionConfig {
             hold_max_bytes: 16 << 20,
             hold_max_age: Duration::from_secs(60),
             kernel_copies: false,
+            keepalive: DEFAULT_KEEPALIVE,
         }
     }
 }
@@ -229,6 +236,8 @@ pub struct Session {
     events: VecDeque<Event>,
     counters: SessionCounters,
     last_rx: Option<Instant>,
+    /// When user data was last sent or received (`keepalive.rs`).
+    last_data: Option<Instant>,
     delay: delay::DelayTracker,
     compressor: Compressor,
     decompressor: Decompressor,
@@ -297,12 +306,15 @@ impl Session {
             events: VecDeque::new(),
             counters: SessionCounters::default(),
             last_rx: None,
+            last_data: None,
             delay: delay::DelayTracker::default(),
             compressor: Compressor::default(),
             decompressor: Decompressor::default(),
             riders: Vec::new(),
             reinject: VecDeque::new(),
-            view_buf: Vec::with_capacity(crate::sched::MAX_PATHS),
+            // Grows to the number of paths at the first packet scheduled (2.3 KB for all
+            // `MAX_PATHS` held by every session, idle ones too, otherwise).
+            view_buf: Vec::new(),
             rt_rx: realtime_rx::Lateness::default(),
             fec_tx: crate::fec::Encoder::default(),
             fec_rx: crate::fec::Decoder::default(),
@@ -463,6 +475,7 @@ impl Session {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
+        let keepalive = self.keepalive();
         for s in &self.paths {
             take(s.path.ack_deadline());
             take(s.path.loss_deadline());
@@ -470,9 +483,7 @@ impl Session {
             if !s.ping_queued && self.keys.current.is_some() && s.in_flight.tail_repairable() {
                 take(s.path.tail_probe_deadline());
             }
-            if !s.ping_queued && self.keys.current.is_some() {
-                take(s.path.probe_deadline());
-            }
+            take(self.probe_due(s, keepalive));
         }
         // The hold only matters behind a gap, and computing it is not free (this runs
         // after every wake-up of the driver).
@@ -492,6 +503,7 @@ impl Session {
     /// Runs timers: liveness, ACKs, keepalive probes, reorder give-ups.
     pub fn handle_timeout(&mut self, now: Instant) {
         let keyed = self.keys.current.is_some();
+        let keepalive = self.keepalive();
         for i in 0..self.paths.len() {
             let s = &mut self.paths[i];
             if let Some(st) = s.path.update_state(now) {
@@ -499,6 +511,7 @@ impl Session {
                 self.events.push_back(Event::PathState(id, st));
                 self.on_path_state(now, id, st);
             }
+            let probe = self.probe_due(&self.paths[i], keepalive);
             let s = &mut self.paths[i];
             if s.path.loss_deadline().is_some_and(|d| d <= now) {
                 s.path.declare_overdue(now);
@@ -506,7 +519,7 @@ impl Session {
             if s.path.ack_deadline().is_some_and(|d| d <= now) {
                 self.jobs.push_back(Job::Ack { path: s.path.id() });
             }
-            if keyed && !s.ping_queued && s.path.probe_deadline().is_some_and(|d| d <= now) {
+            if probe.is_some_and(|d| d <= now) {
                 s.ping_queued = true;
                 self.jobs.push_back(Job::Ping { path: s.path.id() });
             }

@@ -77,6 +77,8 @@ struct FrameSummary {
     ping: bool,
     /// Something in it must be acknowledged (data or a ping).
     eliciting: bool,
+    /// It carried user data or parity: the session is active (`keepalive.rs`).
+    data: bool,
     /// It carried feedback for one of our paths.
     acked: bool,
 }
@@ -156,6 +158,11 @@ impl Session {
                 },
             );
         }
+        if summary.data || self.last_data.is_none() {
+            self.note_data(now);
+        } else if summary.ping {
+            self.answer_probe(now, path_id);
+        }
     }
 
     /// Whether a datagram on `path_id` has a path to land on. The client's paths are its
@@ -202,11 +209,13 @@ impl Session {
         match frame {
             Frame::Data(d) => {
                 summary.eliciting = true;
+                summary.data = true;
                 let meta = Meta::of(&d, raw_delay);
                 self.accept_data(now, path_id, meta, Cow::Borrowed(d.payload));
             }
             Frame::DataDefine(ctx, d) => {
                 summary.eliciting = true;
+                summary.data = true;
                 // A defining packet travels whole and also sets its context up.
                 self.decompressor.define(ctx, d.payload);
                 let meta = Meta::of(&d, raw_delay);
@@ -214,6 +223,7 @@ impl Session {
             }
             Frame::DataCompressed(c) => {
                 summary.eliciting = true;
+                summary.data = true;
                 let mut packet = self.spare.pop().unwrap_or_default();
                 match self
                     .decompressor
@@ -244,6 +254,7 @@ impl Session {
             Frame::Nack(n) => self.on_nack(n),
             Frame::Fec(f) => {
                 summary.eliciting = true;
+                summary.data = true;
                 self.on_parity(now, hdr, &f);
             }
             Frame::Pair(p) => {

@@ -69,6 +69,15 @@ const MIN_RETRY: Duration = Duration::from_millis(100);
 /// A list this late for want of room gets a PING of its own.
 const FORCE_AFTER: Duration = Duration::from_millis(500);
 
+impl Relays {
+    /// Server: whether a list waits for its acknowledgement (the session stays active
+    /// meanwhile: a path that failed under it is probed back within detect / 4, and the
+    /// list goes again as soon as it is, `keepalive.rs`).
+    pub(super) fn pending(&self) -> bool {
+        self.offer.as_ref().is_some_and(|o| !o.acked)
+    }
+}
+
 impl Session {
     /// Server: hands the client `relays` (encoded by `wire::relays::encode`, `count` of
     /// them) under `epoch`. The same epoch again (a rekey) changes nothing.
@@ -199,7 +208,7 @@ impl Session {
         let live = self
             .paths
             .iter_mut()
-            .find(|s| s.path.state() != PathState::Down && s.path.probe_deadline().is_some());
+            .find(|s| s.path.state() != PathState::Down && s.path.available());
         if let Some(s) = live.filter(|s| !s.ping_queued) {
             s.ping_queued = true;
             self.jobs.push_back(Job::Ping { path: s.path.id() });

@@ -64,6 +64,14 @@ pub(super) struct Stated {
     stats: StatedStats,
 }
 
+impl Stated {
+    /// Client: whether a statement waits for its acknowledgement (the session stays
+    /// active meanwhile, so it is sent again within round trips, `keepalive.rs`).
+    pub(super) fn pending(&self) -> bool {
+        self.ours.as_ref().is_some_and(|o| !o.acked)
+    }
+}
+
 /// Shortest wait before a POLICY frame is sent again.
 const MIN_RETRY: Duration = Duration::from_millis(100);
 
@@ -161,8 +169,9 @@ impl Session {
     /// Writes what is due into a datagram being built, within `room` bytes: the client's
     /// POLICY frame while unacknowledged (again `retry` after the last one that went:
     /// twice the slowest live path's RTT, at least `MIN_RETRY`), the server's POLICY_ACK.
-    /// They ride in datagrams that go anyway (an idle path still carries a keepalive
-    /// probe every detect/4), so stating costs no datagram of its own. `None` only if the
+    /// They ride in datagrams that go anyway (a path with nothing else to carry still
+    /// gets a keepalive probe every detect/4 while the statement is unacknowledged,
+    /// `keepalive.rs`), so stating costs no datagram of its own. `None` only if the
     /// writer failed.
     pub(super) fn write_stated(
         &mut self,

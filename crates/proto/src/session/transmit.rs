@@ -346,6 +346,11 @@ impl Session {
             Job::Ping { .. } => SentKind::Probe,
             Job::Ack { .. } | Job::Close { .. } => SentKind::AckOnly,
         };
+        // User data makes the session active; so does its first datagram, a new session
+        // being busy finding its paths (`keepalive.rs`).
+        if kind == SentKind::Data || self.last_data.is_none() {
+            self.last_data = Some(now);
+        }
         let slot = &mut self.paths[idx];
         let path_seq = slot.path.on_sent(now, total, kind);
         if let Job::Data {

@@ -15,6 +15,7 @@ mod failover;
 mod flood;
 mod hostile;
 mod inner_v6;
+mod keepalive;
 mod lifecycle;
 mod links;
 mod mobility;
