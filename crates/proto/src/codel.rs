@@ -74,17 +74,18 @@ impl CodelQueue {
     /// the interval should be on the order of the worst-case RTT; a shorter one drops
     /// before the inner TCP could have reacted to the last drop), at least `INTERVAL`.
     ///
-    /// The target is half the flows' round trip `rtt` (at least `TARGET`, and RFC 8289's
-    /// 5 % of the interval), not RFC 8289's 5 ms: after a drop a CUBIC flow's window falls
+    /// The target is half the flows' base round trip `rtt` (the fastest path carrying
+    /// data; at least `TARGET` and RFC 8289's 5 % of the interval), not RFC 8289's 5 ms: after a drop a CUBIC flow's window falls
     /// to 0.7 of what filled the path and its queue, and it keeps the path busy only if
     /// that queue held about 0.43 of a round trip; on a long path a 5-ms queue left it
     /// below the path's rate for seconds after each drop (one CUBIC flow over a 62-ms
-    /// detour: 0.85 × plain TCP; at half the RTT 0.91, in the same runs). The longer
-    /// standing queue delays only the flow that builds it: `fq_codel.rs` serves every other
-    /// flow from its own queue first.
+    /// detour: 0.85 × plain TCP; at half the RTT 0.91, in the same runs). The fastest path,
+    /// not the slowest: half of a 120-ms path's RTT let the queue stand so long that a
+    /// 30+20+10 Mbit/s aggregate lost 6 %. The longer standing queue delays only the flow
+    /// that builds it: `fq_codel.rs` serves every other flow from its own queue first.
     pub fn set_interval(&mut self, interval: Duration, rtt: Duration) {
         self.interval = interval.clamp(INTERVAL, MAX_INTERVAL);
-        self.target = (self.interval / 20).max(TARGET).max(rtt / 4);
+        self.target = (self.interval / 20).max(TARGET).max(rtt / 2);
     }
 
     /// Appends a packet; false (and counted) if the byte bound is reached.

@@ -482,6 +482,11 @@ impl Path {
         self.cfg.cost = cost;
     }
 
+    /// Whether the path is on standby (`PathConfig::standby`).
+    pub fn is_standby(&self) -> bool {
+        self.cfg.standby
+    }
+
     /// Puts the path on standby or takes it off (`PathConfig::standby`).
     pub fn set_standby(&mut self, standby: bool) {
         self.cfg.standby = standby;

@@ -82,6 +82,21 @@ impl Session {
             .unwrap_or_default()
     }
 
+    /// Lowest smoothed RTT over live, measured paths not on standby (those carry no data);
+    /// over all live paths if every one is on standby.
+    pub(super) fn fastest_carrying_rtt(&self) -> Duration {
+        self.paths
+            .iter()
+            .filter(|s| {
+                s.path.state() != PathState::Down
+                    && s.path.rtt().has_sample()
+                    && !s.path.is_standby()
+            })
+            .map(|s| s.path.rtt().smoothed())
+            .min()
+            .unwrap_or_else(|| self.live_rtt_range().0)
+    }
+
     /// CoDel's interval: the worst round trip a striped flow sees — the slowest live path's
     /// smoothed RTT plus the reorder wait behind it (half the RTT spread) — so CoDel does
     /// not drop again before the inner TCP could react to its last drop.

@@ -303,15 +303,16 @@ impl Session {
             })
         };
         let (all, best) = (ramping(None), ramping(self.best.current()));
-        // The target follows the round trip of the paths the queue's flows cross: all live
-        // paths for `aggregate`, the path `best` uses for its queue.
-        let slowest = self.live_rtt_range().1;
+        // The target follows the round trip of the paths the queue's flows cross: the
+        // fastest that carries data for `aggregate` (a flow's base RTT; the slowest path's
+        // would let a 120-ms path hold 60 ms of queue), the path `best` uses for its queue.
+        let fastest = self.fastest_carrying_rtt();
         let best_rtt = self
             .paths
             .iter()
             .find(|s| Some(s.path.id()) == self.best.current())
-            .map_or(slowest, |s| s.path.rtt().smoothed());
-        self.agg_queue.set_interval(interval, slowest);
+            .map_or(fastest, |s| s.path.rtt().smoothed());
+        self.agg_queue.set_interval(interval, fastest);
         self.agg_queue.set_ramping(all);
         self.best_queue.set_interval(interval, best_rtt);
         self.best_queue.set_ramping(best);
