@@ -305,16 +305,14 @@ impl Session {
         let (all, best) = (ramping(None), ramping(self.best.current()));
         // The target follows the round trip of the paths the queue's flows cross: the
         // fastest that carries data for `aggregate` (a flow's base RTT; the slowest path's
-        // would let a 120-ms path hold 60 ms of queue), the path `best` uses for its queue.
+        // would let a 120-ms path hold 60 ms of queue). The best queue keeps RFC 8289's
+        // 5 ms: with half its path's RTT the simulator's 1 %-lossy link showed the inner
+        // TCP 116 retransmissions instead of 2 (`sim/tests/best_repair.rs`), not yet
+        // understood, so not taken.
         let fastest = self.fastest_carrying_rtt();
-        let best_rtt = self
-            .paths
-            .iter()
-            .find(|s| Some(s.path.id()) == self.best.current())
-            .map_or(fastest, |s| s.path.rtt().smoothed());
         self.agg_queue.set_interval(interval, fastest);
         self.agg_queue.set_ramping(all);
-        self.best_queue.set_interval(interval, best_rtt);
+        self.best_queue.set_interval(interval, Duration::ZERO);
         self.best_queue.set_ramping(best);
     }
 
