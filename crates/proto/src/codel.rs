@@ -162,6 +162,16 @@ impl CodelQueue {
         self.q.front().map(|(_, p)| p)
     }
 
+    /// Removes the newest packet (room for another flow's, `fq_codel.rs`).
+    pub fn take_newest(&mut self) -> Option<Arc<[u8]>> {
+        let (_, p) = self.q.pop_back()?;
+        self.bytes -= p.len();
+        if self.q.is_empty() {
+            self.first_above = None;
+        }
+        Some(p)
+    }
+
     /// Removes the head packet.
     pub fn take(&mut self) -> Option<Arc<[u8]>> {
         let (_, p) = self.q.pop_front()?;

@@ -15,8 +15,8 @@
 //! leaves its list (a new one goes to the old list first while other flows wait, so a flow
 //! cannot stay "new" by emptying its queue). CoDel runs in each bucket on its head packet.
 //!
-//! Invariants: bounded in bytes in total; when full, the head of the fattest bucket is
-//! dropped (the flow that built the queue pays, not the one arriving); FIFO within a
+//! Invariants: bounded in bytes in total; when full, the newest packet of the fattest
+//! bucket is dropped (the flow that built the queue pays, not a lighter one arriving); FIFO within a
 //! bucket; every drop is counted; buckets are allocated at the first packet, so a session
 //! that never queues costs nothing. `head` then `take`, with no `push` between, give the
 //! same packet.
@@ -113,21 +113,22 @@ impl FqCodelQueue {
     }
 
     /// Appends a packet to its flow's queue; false (and counted) if it cannot fit even
-    /// after the fattest flow's head packets made room.
+    /// after heavier flows' newest packets made room.
     pub fn push(&mut self, now: Instant, packet: Arc<[u8]>) -> bool {
         if packet.len() > self.max_bytes {
             self.overflow += 1;
             return false;
         }
-        while self.bytes + packet.len() > self.max_bytes {
-            if !self.drop_from_fattest() {
-                break;
-            }
-        }
         if self.buckets.is_empty() {
             self.allocate();
         }
         let b = bucket_of(&packet);
+        while self.bytes + packet.len() > self.max_bytes {
+            if !self.drop_from_fattest(b) {
+                self.overflow += 1;
+                return false;
+            }
+        }
         let len = packet.len();
         let bucket = &mut self.buckets[b];
         bucket.q.push(now, packet);
@@ -240,21 +241,24 @@ impl FqCodelQueue {
         }
     }
 
-    /// Makes room: drops the head of the bucket holding the most bytes; false if none
-    /// holds any.
-    fn drop_from_fattest(&mut self) -> bool {
+    /// Makes room for a packet of bucket `arriving`: drops the newest packet of the bucket
+    /// holding the most bytes, unless that is `arriving`'s own (false: the arriving packet
+    /// is refused, as a tail drop). The newest, not the oldest: in a slow start that
+    /// overshoots into the bound, dropping from the head cost the simulator's two-link
+    /// upload 1 154 inner retransmissions instead of 663 and 13 % of its goodput.
+    fn drop_from_fattest(&mut self, arriving: usize) -> bool {
         let Some(b) = (0..self.buckets.len()).max_by_key(|&b| self.buckets[b].q.bytes()) else {
             return false;
         };
-        let Some(p) = self.buckets[b].q.take() else {
+        if b == arriving || self.buckets[b].q.bytes() <= self.buckets[arriving].q.bytes() {
+            return false;
+        }
+        let Some(p) = self.buckets[b].q.take_newest() else {
             return false;
         };
         self.bytes -= p.len();
         self.packets -= 1;
         self.overflow += 1;
-        if self.current == Some(b) {
-            self.current = None;
-        }
         true
     }
 }

@@ -83,8 +83,8 @@ fn backlogged_flows_share_by_bytes() {
     assert!((0.9..1.1).contains(&ratio), "{served:?}");
 }
 
-/// When the byte bound is reached the flow holding most bytes loses its head packet: a
-/// small flow's packet still gets in.
+/// When the byte bound is reached the flow holding most bytes loses its newest packet: a
+/// lighter flow's packet still gets in, and the heavy flow's own next packet does not.
 #[test]
 fn overflow_drops_from_the_fattest_flow() {
     let f = distinct_flows(2);
@@ -104,10 +104,18 @@ fn overflow_drops_from_the_fattest_flow() {
         .collect();
     assert_eq!(
         bulk,
-        [1, 2, 3, 4, 5, 6],
-        "the bulk flow's oldest packet went"
+        [0, 1, 2, 3, 4, 5],
+        "the bulk flow's newest packet went"
     );
     assert!(out.iter().any(|p| sport_of(p) == f[1]));
+    // Full again: the heavy flow's next packet is refused (tail drop), nothing else goes.
+    let mut q = FqCodelQueue::new(10_000);
+    for n in 0..7 {
+        assert!(q.push(ms(0), packet(f[0], n, 1400)));
+    }
+    assert!(!q.push(ms(0), packet(f[0], 7, 1400)));
+    assert_eq!(q.drops().overflow, 1);
+    assert_eq!(q.bytes(), 9800);
 }
 
 /// CoDel runs per flow: a flow that arrives twice as fast as it is served is dropped; a
