@@ -85,31 +85,41 @@ impl FqCodelQueue {
         }
     }
 
-    /// Sets every bucket's CoDel interval and target (`CodelQueue::set_interval`).
+    /// Sets the CoDel interval and target (`CodelQueue::set_interval`). Called on every
+    /// acknowledgement: only the buckets in a list (holding or just served packets) are
+    /// updated now; an idle one gets the current values when it is next used.
     pub fn set_interval(&mut self, interval: Duration, rtt: Duration) {
         self.interval = (interval, rtt);
-        self.buckets
-            .iter_mut()
-            .for_each(|b| b.q.set_interval(interval, rtt));
+        for &b in self.new_flows.iter().chain(&self.old_flows) {
+            self.buckets[b].q.set_interval(interval, rtt);
+        }
     }
 
-    /// See `CodelQueue::set_ramping`.
+    /// See `CodelQueue::set_ramping` (applied as `set_interval` is).
     pub fn set_ramping(&mut self, ramping: bool) {
         self.ramping = ramping;
-        self.buckets
-            .iter_mut()
-            .for_each(|b| b.q.set_ramping(ramping));
+        for &b in self.new_flows.iter().chain(&self.old_flows) {
+            self.buckets[b].q.set_ramping(ramping);
+        }
     }
 
-    /// See `CodelQueue::set_stalled`.
+    /// See `CodelQueue::set_stalled` (applied as `set_interval` is).
     pub fn set_stalled(&mut self, stalled: bool) {
         if stalled == self.stalled {
             return;
         }
         self.stalled = stalled;
-        self.buckets
-            .iter_mut()
-            .for_each(|b| b.q.set_stalled(stalled));
+        for &b in self.new_flows.iter().chain(&self.old_flows) {
+            self.buckets[b].q.set_stalled(stalled);
+        }
+    }
+
+    /// Brings idle bucket `b`'s CoDel up to the queue's current settings.
+    fn refresh(&mut self, b: usize) {
+        let q = &mut self.buckets[b].q;
+        q.set_interval(self.interval.0, self.interval.1);
+        q.set_ramping(self.ramping);
+        q.set_stalled(self.stalled);
     }
 
     /// Appends a packet to its flow's queue; false (and counted) if it cannot fit even
@@ -129,16 +139,16 @@ impl FqCodelQueue {
                 return false;
             }
         }
-        let len = packet.len();
-        let bucket = &mut self.buckets[b];
-        bucket.q.push(now, packet);
-        self.bytes += len;
-        self.packets += 1;
-        if bucket.list == List::Idle {
+        if self.buckets[b].list == List::Idle {
+            self.refresh(b);
+            let bucket = &mut self.buckets[b];
             bucket.list = List::New;
             bucket.deficit = QUANTUM;
             self.new_flows.push_back(b);
         }
+        self.bytes += packet.len();
+        self.packets += 1;
+        self.buckets[b].q.push(now, packet);
         true
     }
 
@@ -184,16 +194,10 @@ impl FqCodelQueue {
 
     fn allocate(&mut self) {
         self.buckets = (0..BUCKETS)
-            .map(|_| {
-                let mut q = CodelQueue::new(usize::MAX);
-                q.set_interval(self.interval.0, self.interval.1);
-                q.set_ramping(self.ramping);
-                q.set_stalled(self.stalled);
-                Bucket {
-                    q,
-                    deficit: 0,
-                    list: List::Idle,
-                }
+            .map(|_| Bucket {
+                q: CodelQueue::new(usize::MAX),
+                deficit: 0,
+                list: List::Idle,
             })
             .collect();
     }

@@ -25,15 +25,7 @@ fn best_repairs_what_its_link_loses_on_the_same_link() {
     p.establish();
     let t0 = p.now;
     let secs = if cfg!(debug_assertions) { 3.0 } else { 6.0 };
-    let (count, gap) = paced(SIZE, 12e6, secs);
-    p.traffic(
-        count,
-        gap,
-        SIZE,
-        (true, false),
-        Duration::from_secs(1),
-        |_, _| {},
-    );
+    let count = p.upload_paced(SIZE, 12e6, secs);
     let got = assert_intact_unique(&p.delivered_up, true, SIZE, "best repair");
     let lost = count as usize - got.len();
     let c = p.client.session().counters();

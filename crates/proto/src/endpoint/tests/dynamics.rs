@@ -141,15 +141,7 @@ fn random_loss_is_not_congestion() {
 fn random_loss_is_repaired() {
     let mut p = lossy_pair(63);
     let secs = if cfg!(debug_assertions) { 3.0 } else { 6.0 };
-    let (count, gap) = paced(SIZE, 30e6, secs);
-    p.traffic(
-        count,
-        gap,
-        SIZE,
-        (true, false),
-        Duration::from_secs(1),
-        |_, _| {},
-    );
+    let count = p.upload_paced(SIZE, 30e6, secs);
     let got = assert_intact_unique(&p.delivered_up, true, SIZE, "repair");
     let lost = count as usize - got.len();
     let repaired = p.client.session().counters().repaired;

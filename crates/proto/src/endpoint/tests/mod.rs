@@ -451,6 +451,21 @@ impl Pair {
         t
     }
 
+    /// Uploads packets of `size` bytes at `bits_per_s` for `secs`, then runs one second
+    /// more for the last to arrive; returns how many were sent.
+    fn upload_paced(&mut self, size: usize, bits_per_s: f64, secs: f64) -> u32 {
+        let (count, gap) = paced(size, bits_per_s, secs);
+        self.traffic(
+            count,
+            gap,
+            size,
+            (true, false),
+            Duration::from_secs(1),
+            |_, _| {},
+        );
+        count
+    }
+
     /// The server's session for the one peer.
     fn server_session(&self) -> &crate::session::Session {
         self.server

@@ -23,15 +23,7 @@ fn striped(jitter: Duration, loss: f64, seed: u64) -> (Pair, u32) {
         l.loss = loss;
     }
     p.establish();
-    let (count, gap) = paced(SIZE, 30e6, 3.0);
-    p.traffic(
-        count,
-        gap,
-        SIZE,
-        (true, false),
-        Duration::from_secs(1),
-        |_, _| {},
-    );
+    let count = p.upload_paced(SIZE, 30e6, 3.0);
     (p, count)
 }
 
