@@ -135,6 +135,7 @@ impl Detours {
                         // Probes keep ~100 bytes in flight on an idle path: not data.
                         busy: v.bw_valid && v.inflight_bytes > PROBE_INFLIGHT,
                         error_loss: v.error_loss,
+                        delivered: p.delivered_bytes(),
                     }
                 })
                 .collect();

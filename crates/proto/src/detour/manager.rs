@@ -22,11 +22,11 @@
 //! when its path has been Down for `dead_after`, when a renewal gets no ok answer (the relay
 //! stopped answering or forgot it), when its link goes down, or when it adds nothing: while
 //! both it and the direct path over the same link are busy for `useless_after`, their
-//! delivery rates together stay below (1 + `useless_gain`) × what the direct path carries
+//! delivery rates together stay below (1 + `useless_gain`) × what one of them carries
 //! alone — the detour then shares the direct path's bottleneck (the access link), so it
-//! only splits the same capacity (a direct path never measured alone is measured by
-//! pausing the detour for 2 s); if the detour loses clearly less, the direct path goes on
-//! standby instead ([`Action::Standby`], `manager_shared.rs`). A retired candidate waits
+//! only splits the same capacity (a lossy direct path beside a cleaner detour is judged
+//! sooner, by a 2-s trial standby of the direct path that measures the detour alone); if
+//! the detour loses clearly less, the direct path goes on standby instead ([`Action::Standby`], `manager_shared.rs`). A retired candidate waits
 //! `backoff` (`useless_backoff` when useless) before it is tried again; another candidate
 //! takes its place. [`DetourManager::release_all`] releases every detour (shutdown).
 //!
@@ -67,6 +67,8 @@ struct Link {
     alone_since: Option<Instant>,
     /// Since when the direct path has been busy.
     busy: shared::BusySpan,
+    /// The direct path's bytes delivered.
+    meter: shared::DeliveryMeter,
     /// The direct path is on standby for this detour (`manager_shared.rs`).
     standby: Option<shared::Standby>,
 }
@@ -104,8 +106,8 @@ struct Active {
     down_since: Option<Instant>,
     /// Since when the detour has been busy.
     busy: shared::BusySpan,
-    /// Paused (on standby) to measure the direct path alone (`manager_shared.rs`).
-    pause: Option<shared::Pause>,
+    /// What the detour carried alone in a trial, bytes/s (0: unknown; `manager_shared.rs`).
+    alone_rate: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +119,9 @@ struct Candidate {
     rtt: Option<Duration>,
     rtt_from_path: bool,
     probed_at: Option<Instant>,
+    /// The detour's bytes delivered while it is a path (kept out of `Active`, which is
+    /// copied often).
+    meter: shared::DeliveryMeter,
 }
 
 impl Candidate {
@@ -129,6 +134,7 @@ impl Candidate {
             rtt: None,
             rtt_from_path: false,
             probed_at: None,
+            meter: shared::DeliveryMeter::default(),
         }
     }
 }
@@ -331,6 +337,7 @@ impl DetourManager {
         let Some(slot) = self.free_slot() else {
             return;
         };
+        self.cands[c].meter = shared::DeliveryMeter::default();
         self.cands[c].state = State::Active(Active {
             slot,
             port,
@@ -340,7 +347,7 @@ impl DetourManager {
             renew: None,
             down_since: None,
             busy: shared::BusySpan::default(),
-            pause: None,
+            alone_rate: 0.0,
         });
         self.counters.added += 1;
         self.actions.push_back(self.add_action(c, slot, port));
@@ -362,13 +369,6 @@ impl DetourManager {
     fn retire(&mut self, now: Instant, c: usize, backoff: Duration) {
         match self.cands[c].state {
             State::Active(a) => {
-                if a.pause.is_some() {
-                    // The slot may carry another detour later: not on standby then.
-                    self.actions.push_back(Action::Standby {
-                        path: a.slot,
-                        standby: false,
-                    });
-                }
                 self.actions.push_back(Action::RemovePath { path: a.slot });
                 self.request(now, c, true);
             }

@@ -47,6 +47,7 @@ impl DetourManager {
             up: true,
             alone_rate: 0.0,
             alone_since: None,
+            meter: super::shared::DeliveryMeter::default(),
             busy: Default::default(),
             standby: None,
         });

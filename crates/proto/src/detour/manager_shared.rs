@@ -2,20 +2,11 @@
 //! shared-bottleneck rule: what to do with a detour that only splits its direct path's
 //! capacity (docs/AGGREGATION.md §9).
 //!
-//! While a detour and the direct path over the same link are both busy for
-//! `useless_after`, their delivery rates together are compared with what the direct path
-//! carries alone: its rate measured while busy with no busy detour beside it for `ALONE_MIN`.
-//! When it never was (the detour was up before the first transfer, the usual case) and the
-//! answer could move the link's data off a lossy direct path (below), the manager measures
-//! it: the detour is paused (on standby) for `PAUSE`, the direct path carries everything
-//! meanwhile, and the rates from before the pause are compared with it. Otherwise it waits
-//! for a measurement to come by itself: a pause costs a dip of a few seconds (the inner flow
-//! regrows into the detour's share afterwards), more than a clean detour that adds nothing
-//! costs (it splits the same capacity). The packet-pair capacity cannot stand in: through a
-//! shared bottleneck the other path's datagrams interleave with each pair and it reads low,
-//! 4–9 Mbit/s on a 10 Mbit/s link.
-//! Below (1 + `useless_gain`) × alone, the two paths share a bottleneck and one of them is
-//! one too many:
+//! While a detour and the direct path over the same link are both busy for `useless_after`,
+//! their delivery rates together are compared with what one of them carries alone: the
+//! direct path's rate while busy with no busy detour beside it for `ALONE_MIN`, or the
+//! detour's rate measured in a trial (below). Below (1 + `useless_gain`) × alone, the two
+//! paths share a bottleneck and one of them is one too many:
 //!
 //! - if the direct path loses packets to transmission errors and the detour loses clearly
 //!   fewer (`ERROR_LOSS_FLOOR`, `CLEANER`), the *direct* path goes on standby: every repair
@@ -23,12 +14,26 @@
 //!   inner TCP more than the detour's extra delay once both carry the same capacity;
 //! - otherwise the detour is retired for `useless_backoff`.
 //!
+//! When neither rate alone is known (the detour was up before the first transfer, the usual
+//! case), a clean pair waits for a measurement to come by itself: a trial costs a dip of a
+//! few seconds, more than a clean detour that adds nothing costs (it splits the same
+//! capacity). A lossy direct path beside a cleaner detour is judged sooner, after
+//! `TRIAL_AFTER`, by a trial: the direct path goes on standby for `TRIAL`, the detour
+//! carries the link's data alone, and the pair's rate from before is compared with the
+//! detour's alone. The trial state is the one the rule expects to keep, so a right guess
+//! costs nothing. The opposite trial (the detour paused, the lossy direct path alone)
+//! measures the lossy path at what an inner TCP gets through its losses, below its
+//! capacity: the pair then looked like it added capacity and the standby came one judgement
+//! later, 8 s into a transfer instead of 4. The packet-pair capacity cannot stand in: through
+//! a shared bottleneck the other path's datagrams interleave with each pair and it reads
+//! low, 4–9 Mbit/s on a 10 Mbit/s link.
+//!
 //! A standby ends when no active detour of its link is left, or after `useless_backoff`
 //! (conditions change; the pair is judged again).
 //!
-//! Invariants: at most one direct standby per link, held only while one of that link's
-//! detours is active; every `Standby { standby: true }` action is followed, sooner or later,
-//! by its `false` (also when the paused detour is retired, and on release of every detour).
+//! Invariants: at most one direct standby (trial or kept) per link, held only while one of
+//! that link's detours is active; every `Standby { standby: true }` action is followed,
+//! sooner or later, by its `false` (also on release of every detour).
 
 use super::{active, Action, DetourManager, PathObs, State};
 use crate::path::{PathId, PathState};
@@ -39,9 +44,17 @@ use std::time::Duration;
 const ERROR_LOSS_FLOOR: f64 = 0.001;
 /// A detour is cleaner when its error-loss rate is below this fraction of the direct's.
 const CLEANER: f64 = 0.5;
-/// How long a detour pauses so that its direct path is measured alone: enough round trips
-/// (60 at 30 ms) for the direct path's rate to grow into the capacity the detour used.
-pub(super) const PAUSE: Duration = Duration::from_secs(2);
+/// How long a direct path is on trial standby so that its detour is measured alone: enough
+/// round trips (30 at 60 ms) for the detour's rate to grow into the capacity the direct
+/// path used.
+pub(super) const TRIAL: Duration = Duration::from_secs(2);
+/// A lossy pair is judged once busy together this long instead of `useless_after`: long
+/// enough for the direct path's error-loss estimate (tens of losses at 1 % on 10 Mbit/s)
+/// and for the pair's rates to be past slow start.
+const TRIAL_AFTER: Duration = Duration::from_secs(3);
+/// A pair's rate together is its average over this much of its busy time (within the
+/// shortest judgement, `TRIAL_AFTER`, and the meters' reach).
+const TOGETHER_WINDOW: Duration = Duration::from_millis(1500);
 /// The direct path's rate counts as its rate alone once it has been busy alone this long:
 /// a shorter stretch (the first round trips of a transfer, before the detour joins) reads
 /// the rate of a path still growing into its capacity, and a detour judged against it
@@ -84,22 +97,64 @@ impl BusySpan {
     }
 }
 
+/// How often a `DeliveryMeter` marks a path's delivered bytes, and how many marks it keeps
+/// (2 s of history).
+const METER_STEP: Duration = Duration::from_millis(250);
+const METER_MARKS: usize = 9;
+
+/// A path's bytes delivered, marked every `METER_STEP`: its average delivery rate over the
+/// last second or two. The rule compares these averages, not the paths' own estimates:
+/// those are max-filtered over ten round trips, so the sum of two of them reads high when
+/// they peak at different times, as two paths through one bottleneck do (one gets what the
+/// other leaves). Averages add up: a pair through a 10 Mbit/s bottleneck averages 10.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct DeliveryMeter {
+    /// Ring of (when, bytes delivered by then); `next` is the slot written next.
+    marks: [(Instant, u64); METER_MARKS],
+    next: usize,
+    /// Marks written, up to `METER_MARKS`.
+    len: usize,
+    /// The newest reading (between marks).
+    latest: (Instant, u64),
+}
+
+impl DeliveryMeter {
+    /// Reads the path's cumulative bytes delivered at `now`.
+    pub(super) fn record(&mut self, now: Instant, delivered: u64) {
+        if delivered < self.latest.1 {
+            *self = DeliveryMeter::default(); // a new path in the same slot
+        }
+        self.latest = (now, delivered);
+        let last = self.marks[(self.next + METER_MARKS - 1) % METER_MARKS].0;
+        if self.len == 0 || now.saturating_since(last) >= METER_STEP {
+            self.marks[self.next] = (now, delivered);
+            self.next = (self.next + 1) % METER_MARKS;
+            self.len = (self.len + 1).min(METER_MARKS);
+        }
+    }
+
+    /// Average delivery rate over the last `window` ± `METER_STEP`/2 (bytes/s), if the
+    /// meter reaches back that far.
+    pub(super) fn rate_over(&self, window: Duration) -> Option<f64> {
+        let (now, bytes) = self.latest;
+        let reach = window.saturating_sub(METER_STEP / 2);
+        let (t, b) = (1..=self.len)
+            .map(|k| self.marks[(self.next + METER_MARKS - k) % METER_MARKS])
+            .find(|(t, _)| now.saturating_since(*t) >= reach)?;
+        let secs = now.saturating_since(t).as_secs_f64();
+        (secs > 0.0).then(|| (bytes - b) as f64 / secs)
+    }
+}
+
 /// A direct path on standby for a detour.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Standby {
     /// The detour's path that carries the link's data instead.
     pub detour: PathId,
     pub since: Instant,
-}
-
-/// A detour paused to measure its direct path alone, and what the pair did before.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Pause {
-    pub since: Instant,
-    /// Delivery rates of direct + detour, bytes/s, when both were busy.
-    pub together: f64,
-    /// The detour's error-loss rate then.
-    pub detour_error_loss: f64,
+    /// Still a trial: delivery rates of direct + detour (bytes/s) when both were busy,
+    /// to be compared with the detour's alone at `since + TRIAL`.
+    pub trial: Option<f64>,
 }
 
 impl DetourManager {
@@ -111,6 +166,7 @@ impl DetourManager {
                 continue;
             };
             let direct_since = self.links[li].busy.update(now, direct.busy);
+            self.links[li].meter.record(now, direct.delivered);
             let mut detour_busy = false;
             for c in 0..self.cands.len() {
                 let Some(mut a) = active(&self.cands[c]).filter(|_| self.cands[c].link == li)
@@ -126,32 +182,40 @@ impl DetourManager {
                     PathState::Down => a.down_since.or(Some(now)),
                     _ => None,
                 };
-                if a.pause.is_some() {
-                    self.cands[c].state = State::Active(a);
-                    self.end_pause(now, li, c, &direct);
-                    continue;
-                }
                 let detour_since = a.busy.update(now, p.busy);
                 detour_busy |= detour_since.is_some();
+                self.cands[c].meter.record(now, p.delivered);
                 self.cands[c].state = State::Active(a);
+                let alone = self.cands[c].meter.rate_over(TRIAL / 2);
+                let alone = alone.unwrap_or(p.rate_bps);
+                self.end_trial(now, li, a.slot, alone);
                 let together_since = direct_since.zip(detour_since).map(|(d, t)| d.max(t));
-                if together_since.is_some_and(|t| now.saturating_since(t) >= self.cfg.useless_after)
-                {
+                let due = if cleaner(direct.error_loss, p.error_loss) {
+                    TRIAL_AFTER.min(self.cfg.useless_after)
+                } else {
+                    self.cfg.useless_after
+                };
+                // A pair whose direct path is on standby for this detour is judged; it is
+                // judged again when the standby ends (a standby path still carries data
+                // while the detour is not `Up`, which would look like a busy pair).
+                let judged = self.links[li].standby.is_some_and(|s| s.detour == a.slot);
+                if !judged && together_since.is_some_and(|t| now.saturating_since(t) >= due) {
                     self.judge_shared(now, li, c, &direct, &p);
                 }
             }
             self.upkeep_standby(now, li);
+            let rate = self.links[li].meter.rate_over(ALONE_MIN);
             self.note_alone(
                 now,
                 li,
                 direct_since.is_some() && !detour_busy,
-                direct.rate_bps,
+                rate.unwrap_or(direct.rate_bps),
             );
         }
     }
 
     /// Judges active candidate `c` (on link `li`, path observation `p`) against its direct
-    /// path once both have been busy for `useless_after`.
+    /// path once both have been busy long enough.
     pub(super) fn judge_shared(
         &mut self,
         now: Instant,
@@ -160,46 +224,77 @@ impl DetourManager {
         direct: &PathObs,
         p: &PathObs,
     ) {
-        let together = direct.rate_bps + p.rate_bps;
+        let alone_known = self.alone_rate(li, c) > 0.0;
+        let together = match (
+            self.links[li].meter.rate_over(TOGETHER_WINDOW),
+            self.cands[c].meter.rate_over(TOGETHER_WINDOW),
+        ) {
+            (Some(d), Some(t)) => d + t,
+            _ => direct.rate_bps + p.rate_bps,
+        };
         let State::Active(a) = &mut self.cands[c].state else {
             return;
         };
-        if self.links[li].alone_rate > 0.0 {
+        if alone_known {
             a.busy.restart(now);
             self.verdict(now, li, c, together, direct, p.error_loss);
             return;
         }
-        if !cleaner(direct.error_loss, p.error_loss) {
-            a.busy.restart(now); // a pause would cost more than it can win
+        if !cleaner(direct.error_loss, p.error_loss) || self.links[li].standby.is_some() {
+            a.busy.restart(now); // a trial would cost more than it can win
             return;
         }
         a.busy.clear();
-        a.pause = Some(Pause {
+        self.links[li].standby = Some(Standby {
+            detour: a.slot,
             since: now,
-            together,
-            detour_error_loss: p.error_loss,
+            trial: Some(together),
         });
         self.actions.push_back(Action::Standby {
-            path: a.slot,
+            path: direct.id,
             standby: true,
         });
     }
 
-    /// Ends candidate `c`'s pause after `PAUSE` and judges with what it measured.
-    pub(super) fn end_pause(&mut self, now: Instant, li: usize, c: usize, direct: &PathObs) {
-        let State::Active(a) = &mut self.cands[c].state else {
+    /// What link `li`'s direct path or its detour `c` carries alone, bytes/s (0: unknown).
+    fn alone_rate(&self, li: usize, c: usize) -> f64 {
+        let detour = active(&self.cands[c]).map_or(0.0, |a| a.alone_rate);
+        self.links[li].alone_rate.max(detour)
+    }
+
+    /// Ends link `li`'s trial standby for detour `slot` after `TRIAL`: the detour carried
+    /// `rate` bytes/s alone. The standby is kept if the pair carried less than
+    /// (1 + `useless_gain`) × that (the direct path added nothing), else it ends and the
+    /// rate is remembered for later judgements.
+    pub(super) fn end_trial(&mut self, now: Instant, li: usize, slot: PathId, rate: f64) {
+        let Some(s) = self.links[li].standby.filter(|s| s.detour == slot) else {
             return;
         };
-        let Some(pause) = a.pause.filter(|q| now.saturating_since(q.since) >= PAUSE) else {
+        let Some(together) = s.trial.filter(|_| now.saturating_since(s.since) >= TRIAL) else {
             return;
         };
-        a.pause = None;
-        let slot = a.slot;
-        self.actions.push_back(Action::Standby {
-            path: slot,
-            standby: false,
-        });
-        self.verdict(now, li, c, pause.together, direct, pause.detour_error_loss);
+        if let Some(State::Active(a)) = self
+            .cands
+            .iter_mut()
+            .find(|c| active(c).is_some_and(|a| a.slot == slot))
+            .map(|c| &mut c.state)
+        {
+            a.alone_rate = rate;
+        }
+        if together < rate * (1.0 + self.cfg.useless_gain) {
+            self.counters.direct_standby += 1;
+            self.links[li].standby = Some(Standby {
+                trial: None,
+                since: now,
+                ..s
+            });
+        } else {
+            self.links[li].standby = None;
+            self.actions.push_back(Action::Standby {
+                path: self.links[li].id,
+                standby: false,
+            });
+        }
     }
 
     /// Keeps candidate `c`, puts the direct path on standby, or retires `c`.
@@ -212,7 +307,7 @@ impl DetourManager {
         direct: &PathObs,
         detour_error_loss: f64,
     ) {
-        let alone = self.links[li].alone_rate;
+        let alone = self.alone_rate(li, c);
         if alone <= 0.0 || together >= alone * (1.0 + self.cfg.useless_gain) {
             return; // adds capacity (or still unknown): judged again later
         }
@@ -224,6 +319,7 @@ impl DetourManager {
             self.links[li].standby = Some(Standby {
                 detour: a.slot,
                 since: now,
+                trial: None,
             });
             self.actions.push_back(Action::Standby {
                 path: direct.id,
@@ -235,7 +331,8 @@ impl DetourManager {
         }
     }
 
-    /// Notes whether link `li`'s direct path is busy alone now, at `rate` bytes/s.
+    /// Notes whether link `li`'s direct path is busy alone now, at `rate` bytes/s (its
+    /// average over the last `ALONE_MIN`).
     pub(super) fn note_alone(&mut self, now: Instant, li: usize, alone: bool, rate: f64) {
         let link = &mut self.links[li];
         if !alone {
@@ -244,7 +341,6 @@ impl DetourManager {
         }
         let since = *link.alone_since.get_or_insert(now);
         if now.saturating_since(since) >= ALONE_MIN {
-            // The path's estimate is already max-filtered over its own window.
             link.alone_rate = rate;
         }
     }
@@ -273,4 +369,45 @@ impl DetourManager {
 /// path losing `direct`.
 fn cleaner(direct: f64, detour: f64) -> bool {
     direct > ERROR_LOSS_FLOOR && detour < direct * CLEANER
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds a meter `rate` bytes/s from `from` for `secs`, read every 10 ms.
+    fn feed(m: &mut DeliveryMeter, from: (Instant, u64), rate: u64, secs: u64) -> (Instant, u64) {
+        let (mut t, mut b) = from;
+        for _ in 0..secs * 100 {
+            t = t + Duration::from_millis(10);
+            b += rate / 100;
+            m.record(t, b);
+        }
+        (t, b)
+    }
+
+    #[test]
+    fn meter_averages_over_the_window_and_forgets_older_bytes() {
+        let mut m = DeliveryMeter::default();
+        assert_eq!(m.rate_over(Duration::from_secs(1)), None);
+        let at = feed(&mut m, (Instant::from_micros(0), 0), 100_000, 3);
+        let r = m.rate_over(Duration::from_secs(1)).unwrap();
+        assert!((r - 100_000.0).abs() < 1_000.0, "{r}");
+        // The rate doubles: a 1-s window sees only the new rate, a 2-s one the mean.
+        feed(&mut m, at, 200_000, 1);
+        let r1 = m.rate_over(Duration::from_secs(1)).unwrap();
+        let r2 = m.rate_over(Duration::from_secs(2)).unwrap();
+        assert!((r1 - 200_000.0).abs() < 3_000.0, "{r1}");
+        assert!((r2 - 150_000.0).abs() < 15_000.0, "{r2}");
+        // Beyond the meter's 2-s reach: no answer rather than a wrong one.
+        assert_eq!(m.rate_over(Duration::from_secs(3)), None);
+    }
+
+    #[test]
+    fn meter_starts_over_for_a_new_path() {
+        let mut m = DeliveryMeter::default();
+        feed(&mut m, (Instant::from_micros(0), 0), 100_000, 3);
+        m.record(Instant::from_micros(3_100_000), 10);
+        assert_eq!(m.rate_over(Duration::from_millis(100)), None);
+    }
 }

@@ -41,6 +41,8 @@ struct Sim {
     log: Vec<ManagerAction>,
     /// Path observations beyond the default (Up, idle).
     obs: BTreeMap<PathId, PathObs>,
+    /// Bytes each path has delivered (busy paths deliver at their rate).
+    delivered: BTreeMap<PathId, f64>,
 }
 
 /// Relay `r` as the client knows it.
@@ -101,6 +103,7 @@ impl Sim {
             paths: BTreeMap::new(),
             log: Vec::new(),
             obs: BTreeMap::new(),
+            delivered: BTreeMap::new(),
         }
     }
 
@@ -119,17 +122,26 @@ impl Sim {
         for (_, link, r, data) in due {
             assert!(self.m.handle_datagram(now, link, relay_addr(r), &data));
         }
+        // A busy path delivers at its rate; the manager's meters read the sum.
+        for o in self.obs.values() {
+            if o.busy {
+                *self.delivered.entry(o.id).or_default() += o.rate_bps * STEP.as_secs_f64();
+            }
+        }
         let obs: Vec<PathObs> = (0..16)
             .map(PathId)
             .map(|id| {
-                self.obs.get(&id).copied().unwrap_or(PathObs {
+                let delivered = self.delivered.get(&id).copied().unwrap_or(0.0) as u64;
+                let o = self.obs.get(&id).copied().unwrap_or(PathObs {
                     id,
                     state: PathState::Up,
                     min_rtt: None,
                     rate_bps: 0.0,
                     busy: false,
                     error_loss: 0.0,
-                })
+                    delivered: 0,
+                });
+                PathObs { delivered, ..o }
             })
             .collect();
         self.m.observe(now, &obs);
@@ -253,6 +265,7 @@ fn dead_path_is_replaced() {
             rate_bps: 0.0,
             busy: false,
             error_loss: 0.0,
+            delivered: 0,
         },
     );
     s.run(Duration::from_secs(9));
@@ -273,6 +286,7 @@ fn busy(id: PathId, rate: f64) -> PathObs {
         rate_bps: rate,
         busy: true,
         error_loss: 0.0,
+        delivered: 0,
     }
 }
 
@@ -306,63 +320,58 @@ fn standby_log(s: &Sim, path: PathId) -> Vec<bool> {
         .collect()
 }
 
-/// Runs `s` with the direct path (0) and detour `p` both busy at the given rates until
-/// the detour is paused to measure the direct path alone, then the pause with the direct
-/// path alone at `alone`; returns the observation of the direct path during the pause.
-fn pause_and_measure(s: &mut Sim, p: PathId, rates: (f64, f64), alone: f64, loss: f64) {
+/// Runs `s` with the lossy direct path (0) and detour `p` both busy at the given rates
+/// until the direct path goes on trial standby (after `TRIAL_AFTER`, 3 s, not the 5 s of
+/// `useless_after`), then the trial with the detour alone at `alone`.
+fn trial_and_measure(s: &mut Sim, p: PathId, rates: (f64, f64), alone: f64, loss: f64) {
     let direct = PathObs {
         error_loss: loss,
         ..busy(PathId(0), rates.0)
     };
     s.obs.insert(PathId(0), direct);
     s.obs.insert(p, busy(p, rates.1));
-    s.run(Duration::from_secs(4));
-    assert!(standby_log(s, p).is_empty(), "paused before useless_after");
-    for _ in 0..200 {
-        if !standby_log(s, p).is_empty() {
-            break;
-        }
-        s.run(STEP);
-    }
-    assert_eq!(standby_log(s, p), [true], "the detour is paused");
-    assert_eq!(s.paths.len(), 1, "a pause keeps the detour");
+    s.run(Duration::from_millis(2900));
+    assert!(standby_log(s, PathId(0)).is_empty(), "tried before 3 s");
+    s.run(Duration::from_millis(200));
+    assert_eq!(
+        standby_log(s, PathId(0)),
+        [true],
+        "the direct path is on trial"
+    );
+    assert!(standby_log(s, p).is_empty(), "the detour carries the data");
     s.obs.insert(
         PathId(0),
         PathObs {
-            rate_bps: alone,
+            busy: false,
             ..direct
         },
     );
-    s.obs.insert(
-        p,
-        PathObs {
-            busy: false,
-            ..busy(p, rates.1)
-        },
-    );
+    s.obs.insert(p, busy(p, alone));
     s.run(Duration::from_millis(2100));
-    assert_eq!(standby_log(s, p), [true, false], "the pause ends");
 }
 
-/// A direct path never measured alone (the detour was up before the first transfer): a
-/// clean pair is left as it is (a pause would cost more than a useless clean detour); with
-/// a lossy direct path the detour pauses once to measure it, and one that adds capacity is
-/// kept beside it.
+/// A pair never measured alone (the detour was up before the first transfer): a clean pair
+/// is left as it is (a trial would cost more than a useless clean detour); a lossy direct
+/// path goes on a trial standby once, and a detour that adds capacity is kept beside it.
 #[test]
-fn never_measured_alone_only_a_lossy_direct_path_is_measured() {
+fn never_measured_alone_only_a_lossy_direct_path_is_tried() {
     let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
     s.run(Duration::from_secs(3));
     let p = s.path_named("l0 via r0");
     s.obs.insert(PathId(0), busy(PathId(0), 520.0));
     s.obs.insert(p, busy(p, 500.0));
     s.run(Duration::from_secs(12));
-    assert!(standby_log(&s, p).is_empty(), "no pause for a clean pair");
+    assert!(s
+        .log
+        .iter()
+        .all(|a| !matches!(a, ManagerAction::Standby { .. })));
     assert_eq!(s.paths.len(), 1);
 
     let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
     s.run(Duration::from_secs(3));
     let p = s.path_named("l0 via r0");
-    pause_and_measure(&mut s, p, (520.0, 800.0), 1000.0, 0.008);
+    trial_and_measure(&mut s, p, (520.0, 800.0), 820.0, 0.008);
+    assert_eq!(standby_log(&s, PathId(0)), [true, false], "the trial ends");
     assert_eq!(s.paths.len(), 1, "a detour that adds is kept");
     assert_eq!(s.m.counters().direct_standby, 0);
     s.obs.insert(
@@ -374,31 +383,36 @@ fn never_measured_alone_only_a_lossy_direct_path_is_measured() {
     );
     s.obs.insert(p, busy(p, 800.0));
     s.run(Duration::from_secs(12));
-    assert_eq!(standby_log(&s, p).len(), 2, "measured once");
+    assert_eq!(standby_log(&s, PathId(0)).len(), 2, "tried once");
+    assert_eq!(s.paths.len(), 1, "and kept");
 }
 
 /// A detour sharing the direct path's bottleneck that loses clearly less takes the link's
-/// data: the direct path goes on standby, and comes off it when the detour is gone.
+/// data: the direct path stays on standby after its trial, and comes off it when the detour
+/// is gone.
 #[test]
 fn a_cleaner_detour_puts_the_lossy_direct_path_on_standby() {
     let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
     s.run(Duration::from_secs(3));
     let p = s.path_named("l0 via r0");
-    pause_and_measure(&mut s, p, (550.0, 450.0), 1000.0, 0.008);
+    trial_and_measure(&mut s, p, (550.0, 450.0), 950.0, 0.008);
     assert_eq!(s.names(), vec!["l0 via r0"], "the detour is kept");
     assert_eq!(s.m.counters().direct_standby, 1);
     assert_eq!(s.m.counters().retired_useless, 0);
-    assert_eq!(standby_log(&s, PathId(0)), [true]);
-    // On standby the direct path is idle; the detour then dies and is retired: the direct
-    // path is back.
+    assert_eq!(standby_log(&s, PathId(0)), [true], "the standby is kept");
+    // The standby path carries data now and then (while the detour is not `Up`): the pair
+    // looks busy together, but it was judged and stays as it is.
     s.obs.insert(
         PathId(0),
         PathObs {
-            busy: false,
             error_loss: 0.008,
-            ..busy(PathId(0), 1000.0)
+            ..busy(PathId(0), 50.0)
         },
     );
+    s.run(Duration::from_secs(8));
+    assert_eq!(s.m.counters().retired_useless, 0);
+    assert_eq!(standby_log(&s, PathId(0)), [true]);
+    // The detour then dies and is retired: the direct path is back.
     s.obs.insert(
         p,
         PathObs {
@@ -410,6 +424,29 @@ fn a_cleaner_detour_puts_the_lossy_direct_path_on_standby() {
     s.run(Duration::from_secs(11));
     assert_eq!(s.m.counters().retired_dead, 1);
     assert_eq!(standby_log(&s, PathId(0)), [true, false]);
+}
+
+/// Releasing the detours (shutdown) during a trial gives the link back to the direct path,
+/// and no standby is counted.
+#[test]
+fn release_during_a_trial_ends_it() {
+    let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    s.obs.insert(
+        PathId(0),
+        PathObs {
+            error_loss: 0.008,
+            ..busy(PathId(0), 550.0)
+        },
+    );
+    s.obs.insert(p, busy(p, 450.0));
+    s.run(Duration::from_millis(3100));
+    assert_eq!(standby_log(&s, PathId(0)), [true]);
+    s.m.release_all(s.now);
+    s.carry();
+    assert_eq!(standby_log(&s, PathId(0)), [true, false]);
+    assert_eq!(s.m.counters().direct_standby, 0);
 }
 
 /// An inner TCP's flight drains for a moment now and then (loss recovery, a held repair):
@@ -443,29 +480,23 @@ fn short_idle_gaps_do_not_restart_the_judgement() {
             },
         );
         s.run(Duration::from_millis(20));
-        if !standby_log(&s, p).is_empty() {
+        if !standby_log(&s, PathId(0)).is_empty() {
             break;
         }
     }
     assert_eq!(
-        standby_log(&s, p),
+        standby_log(&s, PathId(0)),
         [true],
-        "the flickering pair is measured"
+        "the flickering pair is tried"
     );
     s.obs.insert(
         PathId(0),
         PathObs {
-            rate_bps: 1000.0,
+            busy: false,
             ..direct
         },
     );
-    s.obs.insert(
-        p,
-        PathObs {
-            busy: false,
-            ..busy(p, 450.0)
-        },
-    );
+    s.obs.insert(p, busy(p, 980.0));
     s.run(Duration::from_millis(2100));
     assert_eq!(s.m.counters().direct_standby, 1);
     assert_eq!(standby_log(&s, PathId(0)), [true]);

@@ -99,9 +99,8 @@ pub enum Action {
         path: PathId,
     },
     /// Put path `path` on standby, or take it off standby: a direct path whose detour
-    /// shares its bottleneck and loses less, or a detour paused while its direct path is
-    /// measured alone. A standby path stays live and carries data only while no other path
-    /// is `Up`.
+    /// shares its bottleneck and loses less (or may: a trial while the detour is measured
+    /// alone). A standby path stays live and carries data only while no other path is `Up`.
     Standby {
         /// The direct path (a link).
         path: PathId,
@@ -136,6 +135,8 @@ pub struct PathObs {
     pub busy: bool,
     /// Recent rate of losses judged transmission errors, 0..=1.
     pub error_loss: f64,
+    /// Bytes the peer has reported delivered on the path, in all.
+    pub delivered: u64,
 }
 
 /// Where a relay came from.

@@ -446,6 +446,11 @@ impl Path {
             .on_capacity(f64::from(capacity_kbps) * 1000.0 / 8.0);
     }
 
+    /// Bytes the peer has reported delivered on this path, in all.
+    pub fn delivered_bytes(&self) -> u64 {
+        self.rate.delivered()
+    }
+
     /// Bytes sent but not covered by feedback yet.
     pub fn inflight_bytes(&self) -> u64 {
         self.cum_sent_bytes - self.acked_cum_bytes
