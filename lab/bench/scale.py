@@ -206,6 +206,9 @@ def flood_summary(run: dict) -> dict:
         "rejoined_without_flood": f"{bulk0['back_up']}/{bulk0['acted_on']}",
         "rejoined_during_flood": f"{bulk1['back_up']}/{bulk1['acted_on']}",
         "rejoin_max_s_during_flood": bulk1.get("rejoin_max_s"),
+        "others_rehandshook_during_flood": bulk1.get("others_rehandshook"),
+        "up_after_flood": bulk1.get("up_at_end"),
+        "server_rcvbuf_drops": run["flood"]["server_rcvbuf_drops"],
         "pass": {
             "flood_goodput": ratio >= BARS["flood_ratio"],
             "nobody_refused": refused == 0 and bulk1["back_up"] == bulk1["acted_on"],

@@ -198,6 +198,9 @@ struct Snap {
     bulk_bytes: u64,
     ups: u32,
     roams: u32,
+    /// Handshakes of the current join's endpoint (rekeys, re-handshakes after all paths
+    /// went down).
+    handshakes: u64,
 }
 
 fn snap(sh: &Shared) -> Vec<Snap> {
@@ -211,6 +214,7 @@ fn snap(sh: &Shared) -> Vec<Snap> {
             bulk_bytes: c.bulk_bytes,
             ups: c.ups,
             roams: c.roams,
+            handshakes: c.client.handshakes,
         })
         .collect()
 }
@@ -283,6 +287,13 @@ async fn traffic(sh: &Shared, ctls: &[Rc<Control>], p: Phase, fraction: f64) -> 
             && sh.counters.borrow()[i].up_at.is_some()
     };
     v["back_up"] = who.iter().filter(|&&i| back(i)).count().into();
+    // Sessions left alone that handshook again: every path went down for twice the
+    // detection time (or a rekey came due), in service or not.
+    v["others_rehandshook"] = (0..n)
+        .filter(|i| !who.contains(i) && after[*i].handshakes > before[*i].handshakes)
+        .count()
+        .into();
+    v["up_at_end"] = up_count(sh).into();
     if !matches!(p, Phase::Roam(_)) {
         rejoin_report(&mut v, sh, &who, back);
     }
