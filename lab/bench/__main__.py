@@ -140,6 +140,11 @@ def main() -> int:
         help="scale: every session's detect_ms (idle paths are probed every quarter of it)",
     )
     parser.add_argument(
+        "--flood-only",
+        action="store_true",
+        help="scale: only bring-up and the bulk phases without and with the handshake flood",
+    )
+    parser.add_argument(
         "--lab-from", help="crosscheck: reuse the lab runs of this result; run the simulator only"
     )
     parser.add_argument(
@@ -202,6 +207,7 @@ def main() -> int:
                 idle_sessions=args.idle_sessions,
                 seconds=args.seconds or 10,
                 detect_ms=args.detect_ms,
+                flood_only=args.flood_only,
             )
         else:
             failover.main(runs=args.runs or 3)

@@ -21,8 +21,9 @@ client endpoints x 2 links in one process against one ``multihome server``:
 then, in a fresh lab, ``idle_sessions`` (default 10 000, 5 per client address) come up and idle:
 memory per idle session at that size. Pass bars (issue): all up within 10 s; steady loss
 <= 0.1 %; <= 16 KB per idle session; bulk goodput under the flood >= 90 % of without; nobody
-refused. The machine's load average is recorded beside the figures: the load generator, the
-server, the sink and the flood share its cores.
+refused. ``--flood-only`` runs just the up phase and the two bulk phases (results in
+``scale-flood.json``). The machine's load average is recorded beside the figures: the load
+generator, the server, the sink and the flood share its cores.
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ def udp_in(s: ScaleLab) -> int:
     head, vals = [ln for ln in lines if ln and ln[0] == "Udp:"][:2]
     t = dict(zip(head[1:], map(int, vals[1:]), strict=True))
     return t["InDatagrams"] + t["RcvbufErrors"]
+
+
+def rcvbuf_errors(s: ScaleLab) -> int:
+    """Datagrams the server's namespace dropped for a full socket receive buffer."""
+    lines = [ln.split() for ln in s.srv.run(["cat", "/proc/net/snmp"]).stdout.splitlines()]
+    head, vals = [ln for ln in lines if ln and ln[0] == "Udp:"][:2]
+    return dict(zip(head[1:], map(int, vals[1:]), strict=True))["RcvbufErrors"]
 
 
 def counters(s: ScaleLab) -> dict:
@@ -130,27 +138,82 @@ def big_run(lab: Lab, a: dict) -> dict:
     out["loadgen_cpu_steady"] = (proc_cpu_s(lg.pid) - lg_cpu0) / dt
     out["loadavg_steady"] = os.getloadavg()
     started(lg, 7, 4 * secs + bulk_s + 60)
-    before = counters(s)
+    out["flood"] = flooded(s, lg, a)
+    out["server_rss_kb_end"] = proc_memory_kb(srv.pid)
+    out["phases"] = {f"{p['index']}-{p['phase']}": p for p in phase_results(lg)}
+    return out
+
+
+def flooded(s: ScaleLab, lg, a: dict) -> dict:  # noqa: ANN001
+    """The flood beside the load generator's last phase (which has just started), until
+    the load generator's summary: what was sent, the server's counters over it, its peak
+    memory and the datagrams its namespace dropped for a full socket buffer."""
+    srv = s.server
+    before, rcvbuf0 = counters(s), rcvbuf_errors(s)
     stop, rss = threading.Event(), []
     sampler = threading.Thread(target=sample_rss, args=(srv.pid, stop, rss), daemon=True)
     sampler.start()
-    flood = start_flood(s, a["flood_procs"], bulk_s + 1)
-    wait_event(lg, lambda e: e.get("event") == "summary", bulk_s + 60)
+    flood = start_flood(s, a["flood_procs"], a["bulk_seconds"] + 1)
+    wait_event(lg, lambda e: e.get("event") == "summary", a["bulk_seconds"] + 60)
     stop.set()
     for p in flood:
         p.wait(60)
     sent = [parse_result(p) for p in flood]
     after = counters(s)
-    out["flood"] = {
+    return {
         "sent": sum(r["sent"] for r in sent),
         "rate_per_s": sum(r["sent"] / r["seconds"] for r in sent),
         "senders": len(sent),
         "server_rss_kb_max": max(rss, default=0),
+        "server_rcvbuf_drops": rcvbuf_errors(s) - rcvbuf0,
         "counters": {k: after.get(k, 0) - before.get(k, 0) for k in after},
     }
-    out["server_rss_kb_end"] = proc_memory_kb(srv.pid)
+
+
+def flood_run(lab: Lab, a: dict) -> dict:
+    """Only the flood phase: ``sessions`` clients up, then bulk with re-joins twice, the
+    second time beside the flood (phases 6 and 7 of the full run, numbered 1 and 2)."""
+    s = ScaleLab(lab, a["binary"], a["sessions"], detect_ms=a["detect_ms"])
+    s.keys()
+    s.start_server()
+    s.srv.route_replace(SPOOFED, via="10.1.0.2")
+    time.sleep(1.0)
+    bulk_s = a["bulk_seconds"]
+    lg = s.loadgen(
+        ["up", f"bulk:{bulk_s}", f"bulk:{bulk_s}"], fraction=0.1, bulk_sessions=50,
+        bulk_mbit=a["bulk_mbit"], up_timeout=60,
+    )  # fmt: skip
+    started(lg, 2, bulk_s + 120)
+    out: dict = {"sessions": a["sessions"], "loadavg_start": os.getloadavg()}
+    out["flood"] = flooded(s, lg, a)
+    out["loadavg_end"] = os.getloadavg()
     out["phases"] = {f"{p['index']}-{p['phase']}": p for p in phase_results(lg)}
     return out
+
+
+def flood_summary(run: dict) -> dict:
+    ph = run["phases"]
+    bulk0, bulk1 = ph["1-bulk"], ph["2-bulk"]
+    ratio = bulk1["bulk_goodput_mbit"] / max(bulk0["bulk_goodput_mbit"], 1e-9)
+    refused = run["flood"]["counters"].get("rx_handshake_rate_limited", 0)
+    return {
+        "sessions": run["sessions"],
+        "bulk_goodput_mbit": bulk0["bulk_goodput_mbit"],
+        "bulk_goodput_flood_mbit": bulk1["bulk_goodput_mbit"],
+        "flood_ratio": ratio,
+        "flood_rate_per_s": run["flood"]["rate_per_s"],
+        "refused_during_flood": refused,
+        "rejoined_without_flood": f"{bulk0['back_up']}/{bulk0['acted_on']}",
+        "rejoined_during_flood": f"{bulk1['back_up']}/{bulk1['acted_on']}",
+        "rejoin_max_s_during_flood": bulk1.get("rejoin_max_s"),
+        "others_rehandshook_during_flood": bulk1.get("others_rehandshook"),
+        "up_after_flood": bulk1.get("up_at_end"),
+        "server_rcvbuf_drops": run["flood"]["server_rcvbuf_drops"],
+        "pass": {
+            "flood_goodput": ratio >= BARS["flood_ratio"],
+            "nobody_refused": refused == 0 and bulk1["back_up"] == bulk1["acted_on"],
+        },
+    }
 
 
 def idle_run(lab: Lab, a: dict) -> dict:
@@ -246,6 +309,14 @@ def main(sessions: int = 1000, idle_sessions: int = 10_000, seconds: float = 10,
         "bulk_mbit": kw.get("bulk_mbit", 2.0), "flood_procs": kw.get("flood_procs", 2),
         "low_rate_kbit": kw.get("low_rate_kbit", 16), "detect_ms": kw.get("detect_ms", 1000),
     }  # fmt: skip
+    if kw.get("flood_only"):
+        with Lab() as lab:
+            run = flood_run(lab, a)
+        s = flood_summary(run)
+        progress(f"summary: {s}")
+        params = {k: v for k, v in a.items() if k != "binary"}
+        save("scale-flood", {"params": params, "summary": s, "run": run}, None)
+        return
     with Lab() as lab:
         big = big_run(lab, a)
     big["rate_kbit"] = a["rate_kbit"]

@@ -10,7 +10,9 @@
 //!   downstream share that came back.
 //! - `churn:S`: the same, while `fraction` of the sessions leave (CLOSE) and join again
 //!   with the same key after a second, spread over the first half; a leaving session does
-//!   not send while away. Reports how many came back up and how long their join took.
+//!   not send while away. Reports how many came back up, how long their join took
+//!   (`rejoin_p50_s`, `rejoin_max_s`) and, for each that did not, its endpoint's counters
+//!   (`not_back`: cookie replies taken, answers to an older attempt, failed messages).
 //! - `roam:S`: the same, while `fraction` of the sessions move link 0 to a new socket
 //!   (port, or address with `--roam-base`); their packets keep flowing.
 //! - `bulk:S`: the sink sends `bulk_mbit` to each of the first `bulk_sessions` sessions;
@@ -196,6 +198,9 @@ struct Snap {
     bulk_bytes: u64,
     ups: u32,
     roams: u32,
+    /// Handshakes of the current join's endpoint (rekeys, re-handshakes after all paths
+    /// went down).
+    handshakes: u64,
 }
 
 fn snap(sh: &Shared) -> Vec<Snap> {
@@ -209,6 +214,7 @@ fn snap(sh: &Shared) -> Vec<Snap> {
             bulk_bytes: c.bulk_bytes,
             ups: c.ups,
             roams: c.roams,
+            handshakes: c.client.handshakes,
         })
         .collect()
 }
@@ -276,12 +282,21 @@ async fn traffic(sh: &Shared, ctls: &[Rc<Control>], p: Phase, fraction: f64) -> 
     }
     v["seconds"] = secs.into();
     v["acted_on"] = who.len().into();
-    v["back_up"] = who
-        .iter()
-        .filter(|&&i| after[i].ups > before[i].ups || after[i].roams > before[i].roams)
-        .filter(|&&i| sh.counters.borrow()[i].up_at.is_some())
+    let back = |i: usize| {
+        (after[i].ups > before[i].ups || after[i].roams > before[i].roams)
+            && sh.counters.borrow()[i].up_at.is_some()
+    };
+    v["back_up"] = who.iter().filter(|&&i| back(i)).count().into();
+    // Sessions left alone that handshook again: every path went down for twice the
+    // detection time (or a rekey came due), in service or not.
+    v["others_rehandshook"] = (0..n)
+        .filter(|i| !who.contains(i) && after[*i].handshakes > before[*i].handshakes)
         .count()
         .into();
+    v["up_at_end"] = up_count(sh).into();
+    if !matches!(p, Phase::Roam(_)) {
+        rejoin_report(&mut v, sh, &who, back);
+    }
     if bulk {
         let bytes: u64 = (0..first)
             .map(|i| b1[i].bulk_bytes - b0[i].bulk_bytes)
@@ -294,6 +309,38 @@ async fn traffic(sh: &Shared, ctls: &[Rc<Control>], p: Phase, fraction: f64) -> 
                 .into();
     }
     v
+}
+
+/// How long the re-joins took (join to up, of those back), and what the endpoint of each
+/// session that did not come back saw: cookie replies taken, answers to an older attempt
+/// (`rx_unknown_index`), handshake messages that failed.
+fn rejoin_report(v: &mut Value, sh: &Shared, who: &[usize], back: impl Fn(usize) -> bool) {
+    let c = sh.counters.borrow();
+    let now = sh.clock.now();
+    let mut took: Vec<f64> = who
+        .iter()
+        .filter(|&&i| back(i))
+        .filter_map(|&i| Some(c[i].up_at?.saturating_since(c[i].joined_at?).as_secs_f64()))
+        .collect();
+    took.sort_by(f64::total_cmp);
+    v["rejoin_p50_s"] = took.get(took.len() / 2).copied().into();
+    v["rejoin_max_s"] = took.last().copied().into();
+    let missing: Vec<Value> = who
+        .iter()
+        .filter(|&&i| !back(i))
+        .map(|&i| {
+            let e = &c[i].client;
+            json!({
+                "session": i,
+                "joined_s_ago": c[i].joined_at.map(|t| now.saturating_since(t).as_secs_f64()),
+                "rx_cookie_replies": e.rx_cookie_replies,
+                "rx_unknown_index": e.rx_unknown_index,
+                "rx_handshake_failed": e.rx_handshake_failed,
+                "send_errors": c[i].send_errors,
+            })
+        })
+        .collect();
+    v["not_back"] = missing.into();
 }
 
 /// Loss figures between two snapshots; `acted` (churned/roamed) also reported apart.

@@ -90,6 +90,9 @@ pub struct Counters {
     pub send_errors: u64,
     /// Roams done.
     pub roams: u32,
+    /// The current join's endpoint counters (cookie replies taken, late answers), for the
+    /// report on a session that did not come back.
+    pub client: multihome_proto::endpoint::EndpointCounters,
 }
 
 /// Why a join ended.
@@ -295,6 +298,7 @@ impl Member {
             }
         }
         while self.client.poll_event().is_some() {}
+        c.client = self.client.counters();
         if c.up_at.is_none() && self.client.is_established() {
             c.up_at = Some(now);
             c.ups += 1;

@@ -13,8 +13,8 @@ mod server;
 pub use client::{Client, ClientConfig, LinkInfo};
 pub use datagram::Datagram;
 pub use server::{
-    PeerConfig, PeerStatus, Server, ServerConfig, LOAD_THRESHOLD, MAX_SOURCES, RATE_BURST,
-    RATE_PER_SEC,
+    PeerConfig, PeerStatus, Server, ServerConfig, LOAD_THRESHOLD, MAX_COOKIE_REPLIES,
+    MAX_RESPONSES, MAX_SOURCES, RATE_BURST, RATE_PER_SEC,
 };
 
 use core::time::Duration;

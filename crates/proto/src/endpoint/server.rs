@@ -3,7 +3,9 @@
 //! A handshake initiation is answered only if its mac1 shows it knows our public key, it
 //! passes the flood defence (`guard.rs`: under load a cookie for its source address and a
 //! per-source rate), the client's static key is in the peer list and its timestamp is
-//! newer than the last one accepted from that key; the first two cost no Diffie-Hellman. A data datagram is
+//! newer than the last one accepted from that key; the first two cost no Diffie-Hellman.
+//! Its answers wait in `replies.rs` until `poll_transmit`: responses first, cookie
+//! replies sampled fairly when a flood owes more than are held. A data datagram is
 //! routed to its session by receiver index; the session follows the client's address on
 //! each path (roaming). Packets from the TUN device go to the peer whose `allowed_ips`
 //! contain the destination (longest prefix), and decrypted packets are delivered only if
@@ -21,6 +23,7 @@
 
 mod guard;
 mod index;
+mod replies;
 
 use super::datagram::Datagram;
 use super::EndpointCounters;
@@ -34,7 +37,7 @@ use crate::path::PathId;
 use crate::policy::Policy;
 use crate::session::{Event, Keypair, SealedData, Session, SessionConfig, Side, Transmit};
 use crate::wire::outer::NOISE_RESP_LEN;
-use crate::wire::{outer, OuterPacket, COOKIE_REPLY_LEN, HANDSHAKE_RESP_LEN};
+use crate::wire::{outer, OuterPacket, HANDSHAKE_RESP_LEN};
 use crate::Instant;
 use guard::{Admit, Guard};
 pub use guard::{LOAD_THRESHOLD, MAX_SOURCES, RATE_BURST, RATE_PER_SEC};
@@ -42,6 +45,8 @@ use index::{PeerSet, Routes, Timers};
 use ipnet::IpNet;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
+use replies::Replies;
+pub use replies::{MAX_COOKIE_REPLIES, MAX_RESPONSES};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -116,7 +121,8 @@ pub struct Server {
     /// Scratch list of peers whose deadline has come.
     due: Vec<usize>,
     rng: ChaCha20Rng,
-    handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
+    /// Handshake responses and cookie replies owed (`replies.rs`).
+    replies: Replies,
     counters: EndpointCounters,
     next_tx_peer: usize,
     next_rx_peer: usize,
@@ -124,10 +130,6 @@ pub struct Server {
     relays: Handed,
     guard: Guard,
 }
-
-/// Most handshake messages (responses, cookie replies) queued for `poll_transmit`: a
-/// caller that stops draining them cannot make a flood grow the queue.
-const MAX_HANDSHAKE_OUT: usize = 4096;
 
 impl Server {
     /// A server for `cfg` with a deterministic RNG (simulation and tests only: handshake
@@ -164,7 +166,7 @@ impl Server {
             peers,
             by_index: HashMap::new(),
             rng: ChaCha20Rng::from_seed(seed),
-            handshake_out: VecDeque::new(),
+            replies: Replies::default(),
             counters: EndpointCounters::default(),
             next_tx_peer: 0,
             next_rx_peer: 0,
@@ -344,15 +346,9 @@ impl Server {
                 false
             }
             Admit::Cookie => {
-                if self.handshake_out.len() < MAX_HANDSHAKE_OUT {
-                    let mac1 = mac1_of(p.bytes());
-                    let (nonce, sealed) = self.guard.cookie_reply(now, &mut self.rng, from, &mac1);
-                    let mut out = [0u8; COOKIE_REPLY_LEN];
-                    outer::emit_cookie_reply(&mut out, p.path(), p.index(), &nonce, &sealed);
-                    self.handshake_out
-                        .push_back((PathId(p.path()), from, out.to_vec()));
-                    self.counters.tx_cookie_replies += 1;
-                }
+                let mac1 = mac1_of(p.bytes());
+                self.replies
+                    .owe_cookie(&mut self.rng, p.path(), p.index(), from, mac1);
                 false
             }
         }
@@ -443,9 +439,7 @@ impl Server {
             self.by_index.insert(idx, pi);
         }
         self.counters.handshakes += 1;
-        if self.handshake_out.len() < MAX_HANDSHAKE_OUT {
-            self.handshake_out.push_back((path, from, out));
-        }
+        self.replies.respond(path, from, out);
         self.touched(pi);
     }
 
@@ -519,15 +513,12 @@ impl Server {
 
     /// Next datagram to send.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some((path, dst, m)) = self.handshake_out.pop_front() {
-            let n = m.len().min(buf.len());
-            buf[..n].copy_from_slice(&m[..n]);
-            return Some(Transmit {
-                path,
-                dst,
-                len: n,
-                kernel_copies: false,
-            });
+        let sent = &mut self.counters.tx_cookie_replies;
+        if let Some(t) = self
+            .replies
+            .pop(now, &mut self.rng, &mut self.guard, buf, sent)
+        {
+            return Some(t);
         }
         // A session may also send because time passed (its pacer allows it): those whose
         // deadline has come are candidates without new input.

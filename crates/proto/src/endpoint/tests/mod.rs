@@ -13,6 +13,7 @@ mod best;
 mod dynamics;
 mod failover;
 mod flood;
+mod flood_rejoin;
 mod hostile;
 mod inner_v6;
 mod keepalive;
