@@ -23,7 +23,7 @@ cargo test -q --release --workspace
 
 if [ -x fuzz/run-all.sh ]; then
     stage "fuzz (short pass over every parser)"
-    fuzz/run-all.sh "${FUZZ_SECONDS:-10}"
+    fuzz/run-all.sh "${FUZZ_SECONDS:-5}"
 fi
 
 stage "end-to-end lab tests (network namespaces)"
