@@ -28,6 +28,7 @@ mod tail;
 
 pub use control::LossCounters;
 pub use liveness::Keepalive;
+pub use pacer::PAIR_EVERY;
 pub use rate::{DeliveryRate, WindowedMaxRate};
 pub use receiver::{Nacks, Received, MAX_NACK_RANGES};
 pub use rtt::RttEstimator;
@@ -140,6 +141,9 @@ pub struct PathView {
     pub bw_valid: bool,
     /// Bottleneck capacity the peer measured with packet pairs, bytes/s (0 = unknown).
     pub capacity_bps: f64,
+    /// Time since the bandwidth estimate was last refreshed by a sample taken while the
+    /// path was busy (`Duration::MAX`: never).
+    pub bw_age: Duration,
     /// Smoothed forward one-way queueing delay (`oneway.rs`).
     pub fwd_queue: Duration,
     /// What sending on the path costs, relative to the others (`PathConfig::cost`).
@@ -471,6 +475,7 @@ impl Path {
             ready_at: self.pacer.ready_at(now, pacing_bps, 1500),
             bw_valid: self.rate.valid(),
             capacity_bps: self.control.capacity().unwrap_or(0.0),
+            bw_age: self.rate.busy_age(now).unwrap_or(Duration::MAX),
             fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
             cost: self.cfg.cost,
             standby: self.cfg.standby,

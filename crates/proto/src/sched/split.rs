@@ -4,22 +4,38 @@
 //! For the primary path p (lowest one-way delay, queueing included) and another path q,
 //! a flow with S bytes still to send finishes at about `S/R_p + d_p` on p alone and at
 //! `S/(R_p + R_q) + d_q` striped (the last packets ride the slower path). Striping pays
-//! when `S > (d_q − d_p) · R_p · (R_p + R_q) / R_q`. The remaining size is unknown; as
-//! for any heavy-tailed flow-size law, the bytes a flow has already sent are the best
-//! guess of what it will still send, so q is added once the flow has sent that many
-//! bytes. The threshold follows the measured rates and delays, so it adapts by itself:
-//! equal delays → 0 (always stripe); a path 30 ms behind at a quarter of the rate →
-//! hundreds of kilobytes.
+//! when `S > (d_q − d_p) · R_p · (R_p + R_q) / R_q`. The threshold follows the measured
+//! rates and delays, so it adapts by itself: equal delays → 0 (always stripe); a path
+//! 30 ms behind at a quarter of the rate → hundreds of kilobytes.
+//!
+//! The remaining size is unknown. As for any heavy-tailed flow-size law, what a flow has
+//! already sent is the best guess of what it will still send — but the rule is re-decided
+//! for every packet with the rates as they are now, and rates on real links hold for
+//! about a second, so no choice is judged over more than `HORIZON`: S is the flow's bytes
+//! each weighted by `e^(−age/HORIZON)`, i.e. what it sent so far while it is young, and
+//! its recent rate × `HORIZON` once it is old. Counted without the horizon, a bulk flow
+//! passed every threshold for good: a second link that fell to 1/20 of the first's rate,
+//! 60 ms behind it, kept 5–8 % of the bytes and its reorder delay held the inner TCP at
+//! 12 of the 18 Mbit/s the first link alone gives. Over a horizon T the rule reads: q
+//! pays when what it adds in T (`R_q · T`) exceeds what its extra delay costs the whole
+//! stream (`(R_p + R_q) · (d_q − d_p)`), for a flow running at R_p.
+//!
+//! A path the rule leaves unused gets no new rate samples, and its estimate would keep
+//! the value that excluded it: once the estimate is older than `REMEASURE` (no sample
+//! taken while the path was busy), the path carries copies of a few of the flow's
+//! packets (`PROBE_BYTES` in flight), so it is measured — rate samples and packet pairs —
+//! and taken back once its packet-pair capacity says it pays again.
 //!
 //! `FlowMeter` counts bytes per flow (a flow idle for `IDLE` starts again from zero, so a
 //! persistent connection is judged per burst) and remembers each flow's latest `data_seq`,
 //! which the next packet of the flow names as its predecessor for the receiver's reorder
 //! buffer (`reorder`: flows are released independently). Invariants: the table is bounded
 //! (`MAX_FLOWS`, least recently seen evicted); packets that are not TCP/UDP are treated as
-//! large flows (striped).
+//! large flows (striped); the rule is a pure function of the views and the meter (no
+//! clock read here).
 
 use super::preferred;
-use crate::path::PathView;
+use crate::path::{PathId, PathView};
 use crate::policy::FlowKey;
 use crate::Instant;
 use core::time::Duration;
@@ -29,12 +45,33 @@ use foldhash::HashMap;
 pub const MAX_FLOWS: usize = 4096;
 /// A flow silent this long starts a new burst.
 pub const IDLE: Duration = Duration::from_secs(1);
+/// How far ahead a striping choice is judged: the time scale over which Wi-Fi and
+/// cellular rates hold, and the shortest window the rate estimate keeps a sample for.
+pub const HORIZON: Duration = Duration::from_secs(1);
+/// A path whose rate estimate no busy sample has refreshed for this long is measured
+/// again (at most `PROBE_BYTES` in flight: a few datagrams a second, and their reorder
+/// delay once).
+pub const REMEASURE: Duration = Duration::from_secs(1);
+/// What a remeasured path may have in flight: a few datagrams, enough for rate samples
+/// and two packet pairs (`path::pacer::PAIR_EVERY`: every fifth datagram is followed by
+/// one back to back). Pairs are what show a recovered path: its probes leave at its old,
+/// low pacing rate, and so do their rate samples.
+pub const PROBE_BYTES: u64 = 2 * crate::path::PAIR_EVERY as u64 * 1500;
 
-/// Bytes a flow must have sent before `q` is added to primary `p`.
+/// Bytes a flow must have sent (weighted by age, `FlowMeter`) before `q` is added to
+/// primary `p`.
 pub fn stripe_threshold(p: &PathView, q: &PathView) -> u64 {
     // A path given little to do has a low estimate; the packet-pair capacity says what it
-    // could carry, which is what the question is about.
-    let (rp, rq) = (p.bandwidth_bps, q.bandwidth_bps.max(q.capacity_bps));
+    // could carry, which is what the question is about — and when it is the lower, the
+    // estimate is old: a path that slowed while a queue stood on it kept its 18 Mbit/s
+    // maximum for seconds (the filter spans 4 RTTs of a queue-swollen RTT) while its pairs
+    // read 1 Mbit/s, and was given 128 kB it took a second to deliver.
+    let rq = if q.capacity_bps > 0.0 {
+        q.capacity_bps
+    } else {
+        q.bandwidth_bps
+    };
+    let rp = p.bandwidth_bps;
     if rp <= 0.0 || rq <= 0.0 || !q.bw_valid {
         // Unmeasured (or only measured with keepalives): use it, that is how it gets
         // measured; an estimate from a starved path would keep it starved.
@@ -49,22 +86,55 @@ fn one_way(p: &PathView) -> f64 {
     p.forward_delay_s()
 }
 
-/// Keeps the paths a flow that has sent `flow_bytes` may use: the primary (lowest one-way
-/// delay) and every other path whose threshold it has passed. In place: a set of views is
-/// kilobytes (`MAX_PATHS` of them), too much to copy per packet.
-pub fn retain_eligible(paths: &mut Vec<PathView>, flow_bytes: u64) {
+/// Keeps the paths a flow that has sent `flow_bytes` (weighted by age) may use: the
+/// primary (lowest one-way delay) and every other path whose threshold it has passed. In
+/// place: a set of views is kilobytes (`MAX_PATHS` of them), too much to copy per packet.
+/// Returns a path it left out that is due to be measured again (`remeasured`): the
+/// caller sends a copy of the packet there too.
+pub fn retain_eligible(
+    paths: &mut Vec<PathView>,
+    flow_bytes: u64,
+    now: Instant,
+    len: usize,
+) -> Option<PathId> {
     let primary = preferred(paths)
         .min_by(|a, b| one_way(a).total_cmp(&one_way(b)).then(a.id.cmp(&b.id)))
-        .copied();
-    if let Some(p) = primary {
-        paths.retain(|q| q.id == p.id || stripe_threshold(&p, q) <= flow_bytes);
-    }
+        .copied()?;
+    let mut probe = None;
+    paths.retain(|q| {
+        let keep = q.id == primary.id || stripe_threshold(&primary, q) <= flow_bytes;
+        if !keep && probe.is_none() && q.usable() && remeasured(q, now, len) {
+            probe = Some(q.id);
+        }
+        keep
+    });
+    probe
+}
+
+/// Whether `q`, which the rule leaves out, should carry a copy of the packet to refresh
+/// an estimate no busy sample has refreshed for `REMEASURE`. A copy, not the packet: the
+/// receiver has the original from the path that pays, so the late path holds nothing up
+/// (carrying the data itself, each remeasurement held the flow for the late path's delay:
+/// windows of 12.5 Mbit/s on an 18 Mbit/s link, once a second). At most `PROBE_BYTES` in
+/// flight: a path whose old estimate is far above what it carries now is not given a
+/// window's worth (at a stale 18 Mbit/s, 128 kB went into a 1 Mbit/s link).
+fn remeasured(q: &PathView, now: Instant, len: usize) -> bool {
+    q.bw_age > REMEASURE
+        && q.inflight_bytes + len as u64 <= PROBE_BYTES
+        && q.has_window(len)
+        && q.ready_at <= now
+}
+
+/// `e^(−dt/HORIZON)`: the weight left to a byte `dt` old.
+fn decay(dt: Duration) -> f64 {
+    (-dt.as_secs_f64() / HORIZON.as_secs_f64()).exp()
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
-    /// Bytes metered in the current burst, and when the last of them was sent.
-    bytes: u64,
+    /// Bytes metered in the current burst, each weighted by `decay` of its age at
+    /// `last`, and when the last of them was sent.
+    bytes: f64,
     last: Instant,
     /// The flow's latest packet, metered or not: its `data_seq`, and when it was sent
     /// (what eviction goes by).
@@ -85,12 +155,15 @@ impl FlowMeter {
         Self::default()
     }
 
-    /// Bytes the flow has sent in its current burst (0 for a new or idle flow).
+    /// Bytes the flow has sent in its current burst, each weighted by `e^(−age/HORIZON)`
+    /// (0 for a new or idle flow): about what it sent while it is young, its recent rate
+    /// × `HORIZON` once it is old.
     pub fn bytes(&self, now: Instant, key: &FlowKey) -> u64 {
         self.flows
             .get(key)
-            .filter(|s| now.saturating_since(s.last) < IDLE)
-            .map_or(0, |s| s.bytes)
+            .map(|s| (now.saturating_since(s.last), s.bytes))
+            .filter(|&(idle, _)| idle < IDLE)
+            .map_or(0, |(idle, b)| (b * decay(idle)) as u64)
     }
 
     /// Records that the flow sent packet `seq` at `now` — counting its `len` bytes, unless
@@ -122,16 +195,15 @@ impl FlowMeter {
             }
         }
         let e = self.flows.entry(key).or_insert(Seen {
-            bytes: 0,
+            bytes: 0.0,
             last: now,
             seq: None,
             seen: now,
         });
         if let Some(len) = len {
-            if now.saturating_since(e.last) >= IDLE {
-                e.bytes = 0;
-            }
-            e.bytes = e.bytes.saturating_add(len as u64);
+            let idle = now.saturating_since(e.last);
+            let kept = if idle >= IDLE { 0.0 } else { decay(idle) };
+            e.bytes = e.bytes * kept + len as f64;
             e.last = now;
         }
         e.seen = now;
@@ -158,7 +230,7 @@ mod tests {
 
     fn eligible(paths: &[PathView], flow_bytes: u64) -> Vec<PathId> {
         let mut v: Vec<PathView> = paths.to_vec();
-        retain_eligible(&mut v, flow_bytes);
+        retain_eligible(&mut v, flow_bytes, Instant::ZERO, 1500);
         v.iter().map(|p| p.id).collect()
     }
 
