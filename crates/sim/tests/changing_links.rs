@@ -190,7 +190,7 @@ fn a_rate_drop_on_the_faster_link_never_delivers_less_than_the_other_link_alone(
 fn stop_paying() -> Vec<Window> {
     let slow = write_trace("stall", &[(4_000, 20.0), (6_000, 1.0), (20_000, 20.0)]);
     run_windows(&scenario(
-        16,
+        24,
         [("20mbit", 10), (&format!("trace:{slow}"), 70)],
     ))
 }
@@ -214,8 +214,9 @@ fn a_link_that_stops_paying_is_left() {
     // While link 1 does not pay, from 2 s after it slowed (what it had queued when it
     // slowed, ~1 s of its new rate, is the rate-drop case above) to its recovery: only
     // the copies that measure it again on link 1, and the goodput of link 0 alone (same
-    // slack as above). Measured: 0.4 % of the bytes, 16.4–23.4 Mbit/s per window;
-    // without the horizon, 12.6 % and 18.1.
+    // slack as above). Measured: 0.45 % of the bytes, 17.2–23.4 Mbit/s per window;
+    // before the split rule had its horizon, 12.6 % (more than link 1's rate: its old
+    // 18 Mbit/s estimate kept it paced far above 1 Mbit/s) and 18.1 Mbit/s.
     let during = share1(&ws, 6.0, 10.0);
     assert!(
         during < 0.01,
@@ -232,14 +233,34 @@ fn a_link_that_stops_paying_is_left() {
     }
 }
 
-/// Not met yet: the copies that remeasure link 1 (two packet pairs a second) do not
-/// raise its smoothed pair capacity (R-MTP's EWMA of the period, α = 1/8) from 1 Mbit/s
-/// fast enough — 1.1 Mbit/s 10 s after the link is back at 20 — so the flow stays on
-/// link 0 alone.
+/// Link 1 is measured again with copies of the flow's packets sent as packet pairs
+/// (`split::remeasured`) and taken back once its pair capacity says it pays: two seconds
+/// after it recovers. The inner CUBIC then needs seconds to grow its window over a path
+/// 60 ms later (as at the flow's start), so a fair share is judged from 6 s after the
+/// recovery. Measured: 6 % of the bytes in the window ending at 12.5 s, 13 % at 13 s,
+/// 34 % over 16–24 s (45 % before it slowed).
 #[test]
-#[ignore = "known gap: a left link is not taken back within seconds of its recovery"]
 fn a_link_left_is_taken_back_when_it_recovers() {
     let ws = stop_paying();
-    let after = share1(&ws, 12.0, 16.0);
+    let after = share1(&ws, 16.0, 24.0);
     assert!(after > 0.3, "link 1 carries {after:.3} after it recovered");
+}
+
+/// Not met yet (measured: 10.5–13.9 Mbit/s per window from 12.5 to 17 s, link 0 alone
+/// 18.1): when link 1 is taken back, the reorder wait behind it adds 60 ms to the inner
+/// TCP's round trip at once, while its window, sized for link 0 alone, grows into the
+/// new path only at CUBIC's congestion-avoidance pace.
+#[test]
+#[ignore = "known gap: taking a later link back costs the inner TCP seconds of window growth"]
+fn taking_a_link_back_never_delivers_less_than_the_other_link_alone() {
+    let ws = stop_paying();
+    let alone = 20.0 * ceiling();
+    for w in between(&ws, 10.0, 24.0) {
+        assert!(
+            w.goodput >= 0.9 * alone,
+            "window ending at {:.1} s: {:.2} Mbit/s, below 0.9 × link 0 alone ({alone:.2})",
+            w.end,
+            w.goodput
+        );
+    }
 }

@@ -120,8 +120,8 @@ pub fn retain_eligible(
 /// window's worth (at a stale 18 Mbit/s, 128 kB went into a 1 Mbit/s link).
 fn remeasured(q: &PathView, now: Instant, len: usize) -> bool {
     q.bw_age > REMEASURE
-        && q.inflight_bytes + len as u64 <= PROBE_BYTES
-        && q.has_window(len)
+        && q.inflight_bytes + 2 * len as u64 <= PROBE_BYTES
+        && q.has_window(2 * len)
         && q.ready_at <= now
 }
 

@@ -309,10 +309,12 @@ impl Session {
                     split::retain_eligible(&mut allowed, bytes, now, len)
                 });
                 let mut sel = self.aggregate.select(now, &allowed, len);
-                // A path the split rule left out but must measure again gets a copy
-                // (`split::remeasured`); the receiver keeps whichever arrives first.
+                // A path the split rule left out but must measure again gets two copies,
+                // back to back: a packet pair (`split::remeasured`). The receiver keeps
+                // whichever copy arrives first, the original on the path that pays.
                 if let (Selection::Paths(set), Some(q)) = (&mut sel, probe) {
-                    if !set.contains(&q) && !set.is_full() {
+                    if !set.contains(&q) && set.remaining_capacity() >= 2 {
+                        set.push(q);
                         set.push(q);
                     }
                 }
