@@ -215,8 +215,9 @@ fn a_link_that_stops_paying_is_left() {
     // slowed, ~1 s of its new rate, is the rate-drop case above) to its recovery: only
     // the copies that measure it again on link 1, and the goodput of link 0 alone (same
     // slack as above). Measured: 0.45 % of the bytes, 17.2–23.4 Mbit/s per window;
-    // before the split rule had its horizon, 12.6 % (more than link 1's rate: its old
-    // 18 Mbit/s estimate kept it paced far above 1 Mbit/s) and 18.1 Mbit/s.
+    // before the split rule had its horizon, 7.2 % (more than link 1's rate: its old
+    // 18 Mbit/s estimate kept it paced far above 1 Mbit/s, and its queue overflowed) and
+    // 18.1 Mbit/s.
     let during = share1(&ws, 6.0, 10.0);
     assert!(
         during < 0.01,

@@ -15,8 +15,9 @@
 //! each weighted by `e^(−age/HORIZON)`, i.e. what it sent so far while it is young, and
 //! its recent rate × `HORIZON` once it is old. Counted without the horizon, a bulk flow
 //! passed every threshold for good: a second link that fell to 1/20 of the first's rate,
-//! 60 ms behind it, kept 5–8 % of the bytes and its reorder delay held the inner TCP at
-//! 12 of the 18 Mbit/s the first link alone gives. Over a horizon T the rule reads: q
+//! 60 ms behind it, kept 7.2 % of the bytes, more than it could carry (the simulator's
+//! `changing_links` test; 0.45 % now, the copies that remeasure it). Over a horizon T the
+//! rule reads: q
 //! pays when what it adds in T (`R_q · T`) exceeds what its extra delay costs the whole
 //! stream (`(R_p + R_q) · (d_q − d_p)`), for a flow running at R_p.
 //!
@@ -255,6 +256,62 @@ mod tests {
         ];
         assert_eq!(eligible(&paths, 10_000), [PathId(1)]);
         assert_eq!(eligible(&paths, 1_000_000).len(), 2);
+    }
+
+    /// A long flow is judged by its recent rate over `HORIZON`, not by all it has sent:
+    /// a second path that fell to 1/20 of the primary's rate, 60 ms later, is left.
+    #[test]
+    fn a_long_flow_is_judged_over_the_horizon() {
+        let mut m = FlowMeter::new();
+        let pkt = crate::policy::tests::udp4(0, 1000, 443);
+        let (key, _) = parse_flow(&pkt).unwrap();
+        // 20 Mbit/s (2.5 MB/s) for 30 s: 75 MB sent, 1400-byte packets.
+        let mut now = Instant::ZERO;
+        for i in 0..(30 * 2_500_000 / 1400) as u64 {
+            now = Instant::from_micros(i * 560);
+            m.record(now, key, Some(1400), i);
+        }
+        let s = m.bytes(now, &key) as f64;
+        assert!((2.3e6..2.6e6).contains(&s), "{s}: about 2.5 MB/s × 1 s");
+        let p = view(0, PathState::Up, 20, 20.0);
+        let mut q = view(1, PathState::Up, 140, 1.0);
+        assert_eq!(eligible(&[p, q], s as u64), [PathId(0)]);
+        // At the same rate it pays: 300 kB.
+        q.bandwidth_bps = p.bandwidth_bps;
+        assert_eq!(eligible(&[p, q], s as u64).len(), 2);
+    }
+
+    /// The packet-pair capacity, when measured, is what q could carry: above an estimate
+    /// of a path given little, and below an old maximum of a path that slowed.
+    #[test]
+    fn the_pair_capacity_stands_for_the_late_paths_rate() {
+        let p = view(0, PathState::Up, 20, 20.0);
+        let mut q = view(1, PathState::Up, 140, 18.0);
+        assert!(stripe_threshold(&p, &q) < 400_000);
+        q.capacity_bps = 1e6 / 8.0;
+        assert!(stripe_threshold(&p, &q) > 3_000_000);
+    }
+
+    /// A left path whose estimate no busy sample refreshed for `REMEASURE` is named for
+    /// copies, a pair at a time and at most `PROBE_BYTES` in flight.
+    #[test]
+    fn a_left_path_is_remeasured_when_its_estimate_is_old() {
+        let p = view(0, PathState::Up, 20, 20.0);
+        let mut q = view(1, PathState::Up, 140, 1.0);
+        let probe = |q: &PathView| {
+            let mut v = vec![p, *q];
+            let r = retain_eligible(&mut v, 2_500_000, Instant::ZERO, 1400);
+            assert_eq!(v.len(), 1, "left out either way");
+            r
+        };
+        assert_eq!(probe(&q), None);
+        q.bw_age = REMEASURE + Duration::from_millis(1);
+        assert_eq!(probe(&q), Some(PathId(1)));
+        q.inflight_bytes = PROBE_BYTES - 2000;
+        assert_eq!(probe(&q), None);
+        q.inflight_bytes = 0;
+        q.ready_at = Instant::from_micros(1);
+        assert_eq!(probe(&q), None, "its pacer is closed");
     }
 
     #[test]
