@@ -63,15 +63,8 @@ pub const PROBE_BYTES: u64 = 2 * crate::path::PAIR_EVERY as u64 * 1500;
 /// primary `p`.
 pub fn stripe_threshold(p: &PathView, q: &PathView) -> u64 {
     // A path given little to do has a low estimate; the packet-pair capacity says what it
-    // could carry, which is what the question is about — and when it is the lower, the
-    // estimate is old: a path that slowed while a queue stood on it kept its 18 Mbit/s
-    // maximum for seconds (the filter spans 4 RTTs of a queue-swollen RTT) while its pairs
-    // read 1 Mbit/s, and was given 128 kB it took a second to deliver.
-    let rq = if q.capacity_bps > 0.0 {
-        q.capacity_bps
-    } else {
-        q.bandwidth_bps
-    };
+    // could carry, which is what the question is about.
+    let rq = q.bandwidth_bps.max(q.capacity_bps);
     let rp = p.bandwidth_bps;
     if rp <= 0.0 || rq <= 0.0 || !q.bw_valid {
         // Unmeasured (or only measured with keepalives): use it, that is how it gets
@@ -281,15 +274,15 @@ mod tests {
         assert_eq!(eligible(&[p, q], s as u64).len(), 2);
     }
 
-    /// The packet-pair capacity, when measured, is what q could carry: above an estimate
-    /// of a path given little, and below an old maximum of a path that slowed.
+    /// An idle path's low estimate does not exclude it: its packet-pair capacity says
+    /// what it could carry.
     #[test]
-    fn the_pair_capacity_stands_for_the_late_paths_rate() {
+    fn the_pair_capacity_raises_an_idle_paths_rate() {
         let p = view(0, PathState::Up, 20, 20.0);
-        let mut q = view(1, PathState::Up, 140, 18.0);
-        assert!(stripe_threshold(&p, &q) < 400_000);
-        q.capacity_bps = 1e6 / 8.0;
+        let mut q = view(1, PathState::Up, 140, 1.0);
         assert!(stripe_threshold(&p, &q) > 3_000_000);
+        q.capacity_bps = 20e6 / 8.0;
+        assert!(stripe_threshold(&p, &q) < 400_000);
     }
 
     /// A left path whose estimate no busy sample refreshed for `REMEASURE` is named for
