@@ -157,7 +157,8 @@ fn between(ws: &[Window], from: f64, to: f64) -> impl Iterator<Item = &Window> {
 /// was in flight on the slowed link when it slowed (~150 kB, 300 ms at 4 Mbit/s) waits in
 /// its queue, the receiver's reorder buffer holds link 1's packets behind it, and the
 /// inner TCP's window is spent meanwhile. Resending the slowed link's oldest data on the
-/// other link (MPTCP's opportunistic retransmission) would be the fix. (Before the rate
+/// other link (MPTCP's opportunistic retransmission) would be the fix, given a trigger
+/// that jitter does not set off (docs/AGGREGATION.md §5). (Before the rate
 /// estimate's window was counted in minimum RTTs, the slowed link kept its 39 Mbit/s
 /// maximum for 600 ms and was given a second queue's worth: 11.5 Mbit/s in the next
 /// window too.)
