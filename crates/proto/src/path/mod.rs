@@ -28,7 +28,6 @@ mod tail;
 
 pub use control::LossCounters;
 pub use liveness::Keepalive;
-pub use pacer::PAIR_EVERY;
 pub use rate::{DeliveryRate, WindowedMaxRate};
 pub use receiver::{Nacks, Received, MAX_NACK_RANGES};
 pub use rtt::RttEstimator;

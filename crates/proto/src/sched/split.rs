@@ -17,15 +17,16 @@
 //! passed every threshold for good: a second link that fell to 1/20 of the first's rate,
 //! 60 ms behind it, kept 7.2 % of the bytes, more than it could carry (the simulator's
 //! `changing_links` test; 0.45 % now, the copies that remeasure it). Over a horizon T the
-//! rule reads: q
-//! pays when what it adds in T (`R_q · T`) exceeds what its extra delay costs the whole
-//! stream (`(R_p + R_q) · (d_q − d_p)`), for a flow running at R_p.
+//! rule reads: q pays when what it adds in T (`R_q · T`) exceeds what its extra delay
+//! costs the whole stream (`(R_p + R_q) · (d_q − d_p)`), for a flow running at R_p.
 //!
 //! A path the rule leaves unused gets no new rate samples, and its estimate would keep
 //! the value that excluded it: once the estimate is older than `REMEASURE` (no sample
 //! taken while the path was busy), the path carries copies of a few of the flow's
-//! packets (`PROBE_BYTES` in flight), so it is measured — rate samples and packet pairs —
-//! and taken back once its packet-pair capacity says it pays again.
+//! packets, two back to back each time (`PROBE_BYTES` in flight), so it is measured —
+//! rate samples and packet pairs — and taken back once its packet-pair capacity says it
+//! pays again. Copies, not the packets: the receiver has the originals from the path that
+//! pays, so a remeasurement holds nothing up.
 //!
 //! `FlowMeter` counts bytes per flow (a flow idle for `IDLE` starts again from zero, so a
 //! persistent connection is judged per burst) and remembers each flow's latest `data_seq`,
@@ -50,14 +51,13 @@ pub const IDLE: Duration = Duration::from_secs(1);
 /// cellular rates hold, and the shortest window the rate estimate keeps a sample for.
 pub const HORIZON: Duration = Duration::from_secs(1);
 /// A path whose rate estimate no busy sample has refreshed for this long is measured
-/// again (at most `PROBE_BYTES` in flight: a few datagrams a second, and their reorder
-/// delay once).
+/// again (at most `PROBE_BYTES` of copies in flight: about 15 kB a second).
 pub const REMEASURE: Duration = Duration::from_secs(1);
-/// What a remeasured path may have in flight: a few datagrams, enough for rate samples
-/// and two packet pairs (`path::pacer::PAIR_EVERY`: every fifth datagram is followed by
-/// one back to back). Pairs are what show a recovered path: its probes leave at its old,
-/// low pacing rate, and so do their rate samples.
-pub const PROBE_BYTES: u64 = 2 * crate::path::PAIR_EVERY as u64 * 1500;
+/// What a remeasured path may have in flight: ten datagrams, five packet pairs (the
+/// session sends the copies two at a time, back to back). Pairs are what show a
+/// recovered path: the copies leave at its old, low pacing rate, and so would their rate
+/// samples; five pairs move the smoothed pair period (α = 1/8) half way to the new one.
+pub const PROBE_BYTES: u64 = 15_000;
 
 /// Bytes a flow must have sent (weighted by age, `FlowMeter`) before `q` is added to
 /// primary `p`.
