@@ -119,6 +119,9 @@ pub struct DeliveryRate {
     max: WindowedMaxRate,
     latest: f64,
     valid: bool,
+    /// When the latest sample taken while the path was busy came in (what says the
+    /// estimate is current, `busy_age`).
+    busy_at: Option<Instant>,
 }
 
 impl DeliveryRate {
@@ -136,6 +139,7 @@ impl DeliveryRate {
             max: WindowedMaxRate::new(Duration::from_secs(2)),
             latest: 0.0,
             valid: false,
+            busy_at: None,
         }
     }
 
@@ -212,6 +216,9 @@ impl DeliveryRate {
                     self.max.update(now, rate);
                 }
                 self.valid |= !s.app_limited;
+                if !s.app_limited {
+                    self.busy_at = Some(now);
+                }
             }
         }
         let advance = match (peer_us, self.reference.peer_us) {
@@ -240,6 +247,13 @@ impl DeliveryRate {
     }
 
     /// Bottleneck bandwidth estimate, bytes per second.
+    /// How long ago the latest sample taken while the path was busy came in (`None`:
+    /// never): an estimate nothing has refreshed for long says what the path carried
+    /// then, not now (a path left unused keeps its last estimate, `WindowedMaxRate`).
+    pub fn busy_age(&self, now: Instant) -> Option<Duration> {
+        self.busy_at.map(|t| now.saturating_since(t))
+    }
+
     pub fn bandwidth(&self) -> f64 {
         self.max.get()
     }

@@ -99,6 +99,7 @@ pub(crate) mod testutil {
             ready_at: Instant::ZERO,
             bw_valid: true,
             capacity_bps: 0.0,
+            bw_age: Duration::ZERO,
             fwd_queue: Duration::ZERO,
             cost: 1,
             standby: false,

@@ -304,10 +304,21 @@ impl Session {
                 EarliestArrival::new().select(now, &allowed, len)
             }
             Queue::Aggregate => {
-                if let Some(k) = &flow {
-                    split::retain_eligible(&mut allowed, self.flow_meter.bytes(now, k));
+                let probe = flow.as_ref().and_then(|k| {
+                    let bytes = self.flow_meter.bytes(now, k);
+                    split::retain_eligible(&mut allowed, bytes, now, len)
+                });
+                let mut sel = self.aggregate.select(now, &allowed, len);
+                // A path the split rule left out but must measure again gets two copies,
+                // back to back: a packet pair (`split::remeasured`). The receiver keeps
+                // whichever copy arrives first, the original on the path that pays.
+                if let (Selection::Paths(set), Some(q)) = (&mut sel, probe) {
+                    if !set.contains(&q) && set.remaining_capacity() >= 2 {
+                        set.push(q);
+                        set.push(q);
+                    }
                 }
-                self.aggregate.select(now, &allowed, len)
+                sel
             }
         };
         let wait = (sel == Selection::Wait).then(|| pacer_wake(now, &allowed, len));

@@ -164,6 +164,7 @@ impl World {
             last_fire: vec![(Duration::MAX, 0); 1 + n_clients],
             counters: Default::default(),
             drive,
+            next_trace: Duration::ZERO,
         };
         w.arm_first_timers();
         Ok(w)

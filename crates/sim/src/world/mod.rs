@@ -164,6 +164,8 @@ pub struct World {
     last_fire: Vec<(Duration, u32)>,
     counters: SimCounters,
     drive: Option<drive::DriveState>,
+    /// When `MH_SIM_TRACE` next prints.
+    next_trace: Duration,
 }
 
 fn pi(d: Duration) -> multihome_proto::Instant {
@@ -204,16 +206,22 @@ impl World {
 
     /// Runs to the end of the scenario.
     pub fn run(&mut self) -> Result<(), WorldError> {
+        self.run_until(self.end)
+    }
+
+    /// Runs every event up to `t` (at most the end of the scenario), so a caller can read
+    /// the world between steps (`report`: bytes delivered so far, per-path counters) —
+    /// what tests of behaviour over time sample. Stepping does not change the run: events
+    /// are the same whether it runs in one go or in steps.
+    pub fn run_until(&mut self, t: Duration) -> Result<(), WorldError> {
         // MH_SIM_TRACE=1: a line every 0.5 s; MH_SIM_TRACE=0.1: every 0.1 s.
         let trace_every = std::env::var("MH_SIM_TRACE").ok().map(|v| {
             let s: f64 = v.parse().unwrap_or(0.5);
             Duration::from_secs_f64(if s > 0.0 && s < 1.0 { s } else { 0.5 })
         });
-        let trace = trace_every.is_some();
-        let mut next_trace = Duration::ZERO;
-        while let Some((now, id)) = self.q.pop(self.end) {
-            if trace && now >= next_trace {
-                next_trace = now + trace_every.unwrap_or_default();
+        while let Some((now, id)) = self.q.pop(t.min(self.end)) {
+            if let Some(every) = trace_every.filter(|_| now >= self.next_trace) {
+                self.next_trace = now + every;
                 self.trace_paths(now);
             }
             let node = self.node(id);
