@@ -5,7 +5,8 @@
 //! While a detour and the direct path over the same link are both busy for `useless_after`,
 //! their delivery rates together are compared with what one of them carries alone: the
 //! direct path's rate while busy with no busy detour beside it for `ALONE_MIN`, or the
-//! detour's rate measured in a trial (below). Below (1 + `useless_gain`) × alone, the two
+//! detour's rate measured in a trial (below); a pair whose rate is still growing (an inner
+//! flow's start-up) waits until it has settled. Below (1 + `useless_gain`) × alone, the two
 //! paths share a bottleneck and one of them is one too many:
 //!
 //! - if the direct path loses packets to transmission errors and the detour loses clearly
@@ -225,13 +226,22 @@ impl DetourManager {
         p: &PathObs,
     ) {
         let alone_known = self.alone_rate(li, c) > 0.0;
-        let together = match (
-            self.links[li].meter.rate_over(TOGETHER_WINDOW),
-            self.cands[c].meter.rate_over(TOGETHER_WINDOW),
-        ) {
-            (Some(d), Some(t)) => d + t,
-            _ => direct.rate_bps + p.rate_bps,
+        let pair = |w: Duration| {
+            let d = self.links[li].meter.rate_over(w)?;
+            Some(d + self.cands[c].meter.rate_over(w)?)
         };
+        let (together, recent) = match (pair(TOGETHER_WINDOW), pair(TOGETHER_WINDOW / 2)) {
+            (Some(t), Some(r)) => (t, r),
+            _ => (direct.rate_bps + p.rate_bps, 0.0),
+        };
+        // Still growing (its last half-window carried more than (1 + gain) × the one
+        // before: an inner flow in its start-up): judged later, at the first observation
+        // where it has settled. Judged now, a pair that adds capacity read as one that
+        // shares it (2 s into BBR's start-up on the core-limited network, it did).
+        let earlier = 2.0 * together - recent;
+        if recent > earlier * (1.0 + self.cfg.useless_gain) {
+            return;
+        }
         let State::Active(a) = &mut self.cands[c].state else {
             return;
         };

@@ -426,6 +426,31 @@ fn a_cleaner_detour_puts_the_lossy_direct_path_on_standby() {
     assert_eq!(standby_log(&s, PathId(0)), [true, false]);
 }
 
+/// A pair still growing (an inner flow's start-up) is not tried: judged then, a pair that
+/// adds capacity reads as one that shares it. It is tried once its rate has settled.
+#[test]
+fn a_pair_still_growing_is_tried_once_settled() {
+    let mut s = Sim::new(1, &[&[5]], 1, Duration::from_secs(300));
+    s.run(Duration::from_secs(3));
+    let p = s.path_named("l0 via r0");
+    // 5 s of start-up: the pair's rate grows by 30 % a second.
+    for k in 0..50 {
+        let rate = 100.0 * 1.3f64.powf(f64::from(k) / 10.0);
+        s.obs.insert(
+            PathId(0),
+            PathObs {
+                error_loss: 0.008,
+                ..busy(PathId(0), rate)
+            },
+        );
+        s.obs.insert(p, busy(p, rate));
+        s.run(Duration::from_millis(100));
+    }
+    assert!(standby_log(&s, PathId(0)).is_empty(), "tried while growing");
+    s.run(Duration::from_secs(2));
+    assert_eq!(standby_log(&s, PathId(0)), [true], "tried once settled");
+}
+
 /// Releasing the detours (shutdown) during a trial gives the link back to the direct path,
 /// and no standby is counted.
 #[test]
