@@ -187,9 +187,7 @@ impl DetourManager {
                 detour_busy |= detour_since.is_some();
                 self.cands[c].meter.record(now, p.delivered);
                 self.cands[c].state = State::Active(a);
-                let alone = self.cands[c].meter.rate_over(TRIAL / 2);
-                let alone = alone.unwrap_or(p.rate_bps);
-                self.end_trial(now, li, a.slot, alone);
+                self.end_trial(now, li, c, p.rate_bps);
                 let together_since = direct_since.zip(detour_since).map(|(d, t)| d.max(t));
                 let due = if cleaner(direct.error_loss, p.error_loss) {
                     TRIAL_AFTER.min(self.cfg.useless_after)
@@ -255,15 +253,31 @@ impl DetourManager {
             return;
         }
         a.busy.clear();
+        let slot = a.slot;
+        self.put_on_standby(now, li, slot, Some(together));
+    }
+
+    /// Puts link `li`'s direct path on standby for detour `slot`: on trial (`trial`: the
+    /// pair's rate together) or kept.
+    fn put_on_standby(&mut self, now: Instant, li: usize, slot: PathId, trial: Option<f64>) {
+        if trial.is_none() {
+            self.counters.direct_standby += 1;
+        }
         self.links[li].standby = Some(Standby {
-            detour: a.slot,
+            detour: slot,
             since: now,
-            trial: Some(together),
+            trial,
         });
         self.actions.push_back(Action::Standby {
-            path: direct.id,
+            path: self.links[li].id,
             standby: true,
         });
+    }
+
+    /// Whether a pair carrying `together` bytes/s adds nothing to one of its paths alone at
+    /// `alone`: the two share a bottleneck.
+    fn shares_bottleneck(&self, together: f64, alone: f64) -> bool {
+        together < alone * (1.0 + self.cfg.useless_gain)
     }
 
     /// What link `li`'s direct path or its detour `c` carries alone, bytes/s (0: unknown).
@@ -272,26 +286,25 @@ impl DetourManager {
         self.links[li].alone_rate.max(detour)
     }
 
-    /// Ends link `li`'s trial standby for detour `slot` after `TRIAL`: the detour carried
-    /// `rate` bytes/s alone. The standby is kept if the pair carried less than
-    /// (1 + `useless_gain`) × that (the direct path added nothing), else it ends and the
-    /// rate is remembered for later judgements.
-    pub(super) fn end_trial(&mut self, now: Instant, li: usize, slot: PathId, rate: f64) {
-        let Some(s) = self.links[li].standby.filter(|s| s.detour == slot) else {
+    /// Ends link `li`'s trial standby for active candidate `c` after `TRIAL`, with what the
+    /// detour carried alone over the trial's second half (its estimate `estimate`,
+    /// bytes/s, if the meter has no answer). The standby is kept if the pair carried no
+    /// more than that (the direct path added nothing), else it ends and the rate is
+    /// remembered for later judgements.
+    pub(super) fn end_trial(&mut self, now: Instant, li: usize, c: usize, estimate: f64) {
+        let cand = &mut self.cands[c];
+        let State::Active(a) = &mut cand.state else {
+            return;
+        };
+        let Some(s) = self.links[li].standby.filter(|s| s.detour == a.slot) else {
             return;
         };
         let Some(together) = s.trial.filter(|_| now.saturating_since(s.since) >= TRIAL) else {
             return;
         };
-        if let Some(State::Active(a)) = self
-            .cands
-            .iter_mut()
-            .find(|c| active(c).is_some_and(|a| a.slot == slot))
-            .map(|c| &mut c.state)
-        {
-            a.alone_rate = rate;
-        }
-        if together < rate * (1.0 + self.cfg.useless_gain) {
+        let rate = cand.meter.rate_over(TRIAL / 2).unwrap_or(estimate);
+        a.alone_rate = rate;
+        if self.shares_bottleneck(together, rate) {
             self.counters.direct_standby += 1;
             self.links[li].standby = Some(Standby {
                 trial: None,
@@ -318,23 +331,14 @@ impl DetourManager {
         detour_error_loss: f64,
     ) {
         let alone = self.alone_rate(li, c);
-        if alone <= 0.0 || together >= alone * (1.0 + self.cfg.useless_gain) {
+        if alone <= 0.0 || !self.shares_bottleneck(together, alone) {
             return; // adds capacity (or still unknown): judged again later
         }
         let Some(a) = active(&self.cands[c]) else {
             return;
         };
         if cleaner(direct.error_loss, detour_error_loss) && self.links[li].standby.is_none() {
-            self.counters.direct_standby += 1;
-            self.links[li].standby = Some(Standby {
-                detour: a.slot,
-                since: now,
-                trial: None,
-            });
-            self.actions.push_back(Action::Standby {
-                path: direct.id,
-                standby: true,
-            });
+            self.put_on_standby(now, li, a.slot, None);
         } else {
             self.counters.retired_useless += 1;
             self.retire(now, c, self.cfg.useless_backoff);

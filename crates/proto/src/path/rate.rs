@@ -246,7 +246,6 @@ impl DeliveryRate {
         self.valid
     }
 
-    /// Bottleneck bandwidth estimate, bytes per second.
     /// How long ago the latest sample taken while the path was busy came in (`None`:
     /// never): an estimate nothing has refreshed for long says what the path carried
     /// then, not now (a path left unused keeps its last estimate, `WindowedMaxRate`).
@@ -254,6 +253,7 @@ impl DeliveryRate {
         self.busy_at.map(|t| now.saturating_since(t))
     }
 
+    /// Bottleneck bandwidth estimate, bytes per second.
     pub fn bandwidth(&self) -> f64 {
         self.max.get()
     }
