@@ -128,9 +128,10 @@ pub enum ReorderSpec {
     Session,
 }
 
-/// A flow policy as written.
+/// A flow policy as written: `aggregate`, `best`, `redundant`, `realtime`, or a link
+/// policy `only:N`, `prefer:N`, `backup:N` naming link N (its index in `links`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
 pub enum PolicySpec {
     /// Striped over all paths.
     #[default]
@@ -141,17 +142,66 @@ pub enum PolicySpec {
     Redundant,
     /// Deadline-driven with FEC (`deadline`, default 150 ms).
     Realtime,
+    /// `only:`, `prefer:` or `backup:` link N.
+    Link(LinkRuleSpec, u8),
+}
+
+/// The kind of a link policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRuleSpec {
+    /// `only:N`.
+    Only,
+    /// `prefer:N`.
+    Prefer,
+    /// `backup:N`.
+    Backup,
+}
+
+impl TryFrom<String> for PolicySpec {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        let link = |kind, n: &str| {
+            n.parse::<u8>()
+                .map(|n| PolicySpec::Link(kind, n))
+                .map_err(|_| format!("policy {s:?}: the link must be a link index (0, 1, ...)"))
+        };
+        match s.split_once(':') {
+            None => match s.as_str() {
+                "aggregate" => Ok(PolicySpec::Aggregate),
+                "best" => Ok(PolicySpec::Best),
+                "redundant" => Ok(PolicySpec::Redundant),
+                "realtime" => Ok(PolicySpec::Realtime),
+                _ => Err(format!(
+                    "unknown policy {s:?}: aggregate, best, redundant, realtime, only:N, \
+                     prefer:N or backup:N"
+                )),
+            },
+            Some(("only", n)) => link(LinkRuleSpec::Only, n),
+            Some(("prefer", n)) => link(LinkRuleSpec::Prefer, n),
+            Some(("backup", n)) => link(LinkRuleSpec::Backup, n),
+            Some(_) => Err(format!(
+                "unknown link policy {s:?}: only:N, prefer:N or backup:N"
+            )),
+        }
+    }
 }
 
 impl PolicySpec {
     /// The core's policy; `deadline` is realtime's (default `DEFAULT_DEADLINE`).
     pub fn to_proto(self, deadline: Option<Duration>) -> multihome_proto::policy::Policy {
-        use multihome_proto::policy::{Policy, DEFAULT_DEADLINE};
+        use multihome_proto::path::PathId;
+        use multihome_proto::policy::{LinkRule, Policy, DEFAULT_DEADLINE};
         match self {
             PolicySpec::Aggregate => Policy::Aggregate,
             PolicySpec::Best => Policy::Best,
             PolicySpec::Redundant => Policy::Redundant { copies: None },
             PolicySpec::Realtime => Policy::realtime(deadline.unwrap_or(DEFAULT_DEADLINE)),
+            PolicySpec::Link(kind, n) => Policy::Link(match kind {
+                LinkRuleSpec::Only => LinkRule::Only(PathId(n)),
+                LinkRuleSpec::Prefer => LinkRule::Prefer(PathId(n)),
+                LinkRuleSpec::Backup => LinkRule::Backup(PathId(n)),
+            }),
         }
     }
 }
@@ -442,6 +492,14 @@ impl Scenario {
         }
         for (i, f) in self.flows.iter().enumerate() {
             self.validate_flow(i, f)?;
+        }
+        let policies = self.flows.iter().filter_map(|f| f.policy);
+        for p in policies.chain([self.tunnel.policy]) {
+            if let PolicySpec::Link(_, n) = p {
+                if usize::from(n) >= self.links.len() {
+                    return bad(format!("policy {p:?} names link {n}: no such link"));
+                }
+            }
         }
         if let Some(d) = &self.drive {
             d.validate().map_err(ScenarioError::Invalid)?;

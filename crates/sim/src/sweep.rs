@@ -301,4 +301,22 @@ mod tests {
         let mut t: toml::Table = toml::from_str(BASE).unwrap();
         assert!(set_path(&mut t, "links.7.hops", Value::Integer(1)).is_err());
     }
+
+    #[test]
+    fn link_policies_name_a_link_that_exists() {
+        let with_policy = |p: &str| {
+            let mut t: toml::Table = toml::from_str(BASE).unwrap();
+            let tunnel = toml::from_str::<toml::Table>(&format!("policy = {p:?}")).unwrap();
+            t.insert("tunnel".into(), tunnel.into());
+            expand(t)
+        };
+        let runs = with_policy("prefer:0").unwrap();
+        assert_eq!(
+            runs[0].scenario.tunnel.policy,
+            crate::scenario::PolicySpec::Link(crate::scenario::LinkRuleSpec::Prefer, 0)
+        );
+        for bad in ["only:1", "prefer:x", "backup:", "sometimes:0", "fastest"] {
+            assert!(with_policy(bad).is_err(), "{bad} accepted");
+        }
+    }
 }

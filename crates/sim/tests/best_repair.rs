@@ -11,7 +11,7 @@ use multihome_sim::sweep::expand;
 use multihome_sim::world::RunReport;
 use std::path::Path;
 
-fn scenario(loss: f64, tunnel: bool, cc: &str, dir: &str) -> String {
+fn scenario(policy: &str, loss: f64, tunnel: bool, cc: &str, dir: &str) -> String {
     let hop = |delay: u32, loss: f64| {
         format!(
             "{{ both = {{ rate = \"60mbit\", delay = \"{delay}ms\", loss = {loss}, \
@@ -24,7 +24,7 @@ name = "best_repair"
 duration = "8s"
 seeds = [1]
 [tunnel]
-policy = "best"
+policy = "{policy}"
 enabled = {tunnel}
 [[links]]
 hops = [{}]
@@ -43,7 +43,12 @@ start = "500ms"
 }
 
 fn run(loss: f64, tunnel: bool, cc: &str, dir: &str) -> RunReport {
-    let runs = expand(toml::from_str(&scenario(loss, tunnel, cc, dir)).unwrap()).unwrap();
+    run_policy("best", loss, tunnel, cc, dir)
+}
+
+fn run_policy(policy: &str, loss: f64, tunnel: bool, cc: &str, dir: &str) -> RunReport {
+    let scn = scenario(policy, loss, tunnel, cc, dir);
+    let runs = expand(toml::from_str(&scn).unwrap()).unwrap();
     run_one(&runs[0], Path::new(".")).unwrap()
 }
 
@@ -106,6 +111,43 @@ fn a_clean_link_under_best_keeps_plain_tcps_rate() {
         assert!(
             g >= 0.9 * plain,
             "{cc}: best {g:.1} vs plain TCP {plain:.1} Mbit/s"
+        );
+    }
+}
+
+/// Link policies carry TCP as `best` does (`session/link_queues.rs`): paced on the link
+/// their rule picks and repaired there. Each rule here puts the flow on the lossy link 0:
+/// `only:0` and `prefer:0` name it, `backup:1` keeps link 1 for when 0 is not up.
+#[test]
+fn a_lossy_link_under_a_link_policy_is_repaired_and_keeps_its_rate() {
+    let (plain, _, _) = figures(&run(0.01, false, "cubic", "up"), "up");
+    for (policy, dir, side) in [
+        ("only:0", "up", 0),
+        ("prefer:0", "up", 0),
+        ("backup:1", "up", 0),
+        ("prefer:0", "down", 1),
+    ] {
+        let r = run_policy(policy, 0.01, true, "cubic", dir);
+        let (g, retx, lost) = figures(&r, dir);
+        let c = r.tunnel_counters.as_ref().unwrap();
+        let repaired = c.repaired[side];
+        eprintln!(
+            "{policy} {dir}, 1 % loss: {g:.1} Mbit/s ({retx} inner retransmissions, {lost} \
+             lost, {repaired} repaired), plain TCP up {plain:.1} Mbit/s"
+        );
+        assert!(lost > 100, "{policy} {dir}: the link did lose: {lost}");
+        assert!(
+            repaired * 10 >= lost * 9,
+            "{policy} {dir}: {repaired} repaired for {lost} lost"
+        );
+        assert!(
+            retx * 5 <= lost,
+            "{policy} {dir}: {retx} inner retransmissions for {lost} lost"
+        );
+        assert!(g >= 40.0, "{policy} {dir}: {g:.1} Mbit/s");
+        assert!(
+            g >= 3.0 * plain,
+            "{policy} {dir}: {g:.1} vs plain {plain:.1}"
         );
     }
 }

@@ -78,6 +78,11 @@ impl LinkScheduler {
         }
     }
 
+    /// The path last chosen among the others (for `backup:` and a `prefer:` link not up).
+    pub fn current_other(&self) -> Option<PathId> {
+        self.others.current()
+    }
+
     /// `best`'s choice among the paths other than `link`.
     fn best_other(
         &mut self,

@@ -22,6 +22,7 @@ mod hold;
 mod holes;
 mod keepalive;
 mod keyring;
+mod link_queues;
 mod realtime_rx;
 mod recv;
 mod reinject;
@@ -224,6 +225,8 @@ pub struct Session {
     agg_queue: FqCodelQueue,
     /// TCP under `best`, paced on the path `best` picks (`schedule.rs`).
     best_queue: FqCodelQueue,
+    /// TCP under link policies, one queue per rule (`link_queues.rs`).
+    link_queues: link_queues::LinkQueues,
     best: BestPath,
     redundant: Redundant,
     /// Link policies (`sched/link.rs`).
@@ -295,6 +298,7 @@ impl Session {
             jobs: VecDeque::new(),
             agg_queue: FqCodelQueue::new(cfg.queue_max_bytes),
             best_queue: FqCodelQueue::new(cfg.queue_max_bytes),
+            link_queues: link_queues::LinkQueues::default(),
             best: BestPath::new(cfg.failback_hold),
             redundant: Redundant::new(None),
             link_sched: LinkScheduler::new(cfg.failback_hold),
@@ -348,25 +352,31 @@ impl Session {
         }
     }
 
-    /// Bytes waiting in the ingress queues (`aggregate`, and TCP under `best`).
+    /// Bytes waiting in the ingress queues (`aggregate`, and TCP under `best` and link
+    /// policies).
     pub fn queued_bytes(&self) -> usize {
-        self.agg_queue.bytes() + self.best_queue.bytes()
+        self.agg_queue.bytes() + self.best_queue.bytes() + self.link_queues.bytes()
     }
 
-    /// Drops in the ingress queues (`aggregate`, and TCP under `best`).
+    /// Drops in the ingress queues (`aggregate`, and TCP under `best` and link policies).
     pub fn queue_drops(&self) -> QueueDrops {
-        let (a, b) = (self.agg_queue.drops(), self.best_queue.drops());
+        let (a, b, l) = (
+            self.agg_queue.drops(),
+            self.best_queue.drops(),
+            self.link_queues.drops(),
+        );
         QueueDrops {
-            codel: a.codel + b.codel,
-            overflow: a.overflow + b.overflow,
+            codel: a.codel + b.codel + l.codel,
+            overflow: a.overflow + b.overflow + l.overflow,
         }
     }
 
-    /// The paced ingress queue `q`.
-    fn paced_queue(&mut self, q: schedule::Queue) -> &mut FqCodelQueue {
+    /// The paced ingress queue `q` (none for a link rule without a queue yet).
+    fn paced_queue(&mut self, q: schedule::Queue) -> Option<&mut FqCodelQueue> {
         match q {
-            schedule::Queue::Best => &mut self.best_queue,
-            schedule::Queue::Aggregate => &mut self.agg_queue,
+            schedule::Queue::Best => Some(&mut self.best_queue),
+            schedule::Queue::Aggregate => Some(&mut self.agg_queue),
+            schedule::Queue::Link(rule) => self.link_queues.get_mut(rule),
         }
     }
 

@@ -18,7 +18,7 @@
 
 use super::{find_slot, Event, Session, Side, Slot};
 use crate::path::{PathId, PathState, Received};
-use crate::policy::{parse_flow, Policy};
+use crate::policy::{parse_flow, LinkRule, Policy};
 use crate::reorder::Order;
 use crate::wire::{
     AckFrame, DataFlags, DataFrame, Frame, FrameReader, InnerHeader, DATA_HEADER_LEN,
@@ -314,6 +314,13 @@ impl Session {
         self.agg_queue.set_ramping(all);
         self.best_queue.set_interval(interval, Duration::ZERO);
         self.best_queue.set_ramping(best);
+        // A link rule's queue ramps with the path its data goes on: its link, or for
+        // `backup:` the one chosen among the others (the link until one is chosen).
+        let other = self.link_sched.current_other();
+        self.link_queues.set_interval(interval, |rule| match rule {
+            LinkRule::Only(l) | LinkRule::Prefer(l) => ramping(Some(l)),
+            LinkRule::Backup(l) => ramping(Some(other.unwrap_or(l))),
+        });
     }
 
     /// One IP packet the peer sent: de-duplication, policy learning, the reorder buffer,

@@ -46,8 +46,11 @@
 //! CoDel tells the inner TCP. The alternative, repairing only losses judged transmission
 //! errors (`path/loss.rs`) while `best` stays unpaced, was not taken: the verdict comes a
 //! few samples after the loss, later than the repair should leave, and each congestion
-//! loss misjudged and repaired lets the queue grow again. Other `best` packets (not TCP)
-//! and link-policy packets are not repaired: they go unordered and unpaced, and a copy
+//! loss misjudged and repaired lets the queue grow again. TCP under a link policy is
+//! carried the same way on the path its rule picks (`link_queues.rs`), and its repairs
+//! keep to that rule: `only:L` data never leaves L (it waits for L, held if L goes
+//! `Down`), `backup:L` data goes on L only while no other path is `Up`. Other packets of
+//! these policies (not TCP) are not repaired: they go unordered and unpaced, and a copy
 //! would only reorder them.
 //!
 //! Invariants: memory is bounded (`MAX_IN_FLIGHT` packets per path not yet covered by an
@@ -57,7 +60,7 @@
 //! arrived).
 
 use super::Session;
-use crate::path::{PathId, PathState, PathView};
+use crate::path::{PathId, PathState};
 use crate::policy::{LinkRule, Policy};
 use crate::wire::{DataFlags, NackFrame};
 use crate::Instant;
@@ -263,16 +266,6 @@ impl Session {
             r.flags = DataFlags::new(r.flags.policy_code(), false);
             r.pred_gap = 0;
             self.queue_again(r);
-        }
-    }
-}
-
-/// Narrows the views a reinjected packet may go on to what its link rule allows: not
-/// the `backup:` link while another path is `Up`.
-pub(super) fn restrict(link: Option<LinkRule>, views: &mut Vec<PathView>) {
-    if let Some(LinkRule::Backup(b)) = link {
-        if views.iter().any(|v| v.id != b && v.state == PathState::Up) {
-            views.retain(|v| v.id != b);
         }
     }
 }

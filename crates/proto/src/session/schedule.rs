@@ -1,6 +1,6 @@
 //! Sending side of a session: which path(s) each IP packet goes to.
 //!
-//! `redundant`, `realtime`, link-policy and non-TCP `best` packets are scheduled as they
+//! `redundant`, `realtime` and non-TCP `best` and link-policy packets are scheduled as they
 //! arrive (a realtime packet no path can deliver before its deadline is dropped here,
 //! `sched/realtime.rs`). `aggregate` packets wait in the CoDel ingress queue and leave one
 //! at a time, when the scheduler finds a path that may send (window and pacer): the queue,
@@ -18,8 +18,10 @@
 //! and not repair alone: a repaired congestion loss is one the inner TCP never sees, so it
 //! would fill the link's queue without bound; the rate controller and CoDel put that
 //! signal back where `aggregate` has it. Other protocols under `best` stay unpaced and
-//! unordered: their own recovery (QUIC) or none (DNS, games) wants no hold. The best queue
-//! goes before the aggregate one: it only ever waits for one path's pacer.
+//! unordered: their own recovery (QUIC) or none (DNS, games) wants no hold. TCP under a
+//! link policy is carried so too, on the path its rule picks, in a queue per rule
+//! (`link_queues.rs`). The one-path queues go before the aggregate one: each only ever
+//! waits for one path's pacer.
 //!
 //! Invariants: a data sequence number is taken only when a packet leaves a queue, so
 //! numbers follow send order (what the receiver's reorder buffer relies on); a path that
@@ -72,12 +74,14 @@ impl Session {
             return;
         }
         // A held packet (`on`) goes out on the path that came back, as before.
-        if policy == Policy::Best && on.is_none() && is_tcp(&packet) {
-            if self.best_queue.push(now, packet) {
-                self.counters.tx_ip_packets += 1;
+        let packet = if on.is_none() && is_tcp(&packet) {
+            match self.queue_tcp(now, policy, packet) {
+                Ok(()) => return,
+                Err(p) => p,
             }
-            return;
-        }
+        } else {
+            packet
+        };
         if let Policy::Realtime { deadline, fec } = policy {
             self.send_realtime(now, packet, deadline, fec);
             return;
@@ -94,6 +98,29 @@ impl Session {
         };
         let (flags, arg) = policy.data_flags();
         self.push_data_jobs(sel, seq, (flags, 0), (arg, policy.link_rule()), packet);
+    }
+
+    /// Queues a TCP packet under `best` or a link policy in its paced queue (counted sent
+    /// if the queue took it); gives it back for any other policy, or a link rule beyond
+    /// `link_queues::MAX_RULES`, which then goes unpaced.
+    fn queue_tcp(
+        &mut self,
+        now: Instant,
+        policy: Policy,
+        packet: Arc<[u8]>,
+    ) -> Result<(), Arc<[u8]>> {
+        let taken = match policy {
+            Policy::Best => self.best_queue.push(now, packet),
+            Policy::Link(rule) => {
+                self.link_queues
+                    .push(now, rule, packet, self.cfg.queue_max_bytes)?
+            }
+            _ => return Err(packet),
+        };
+        if taken {
+            self.counters.tx_ip_packets += 1;
+        }
+        Ok(())
     }
 
     /// The paths a `best`, `redundant` or link-policy packet of `len` bytes goes on.
@@ -219,8 +246,27 @@ impl Session {
         let stalled = !self.paths.iter().any(|s| s.path.state() == PathState::Up);
         self.agg_queue.set_stalled(stalled);
         self.best_queue.set_stalled(stalled);
+        // An `only:` queue is stalled while its one link is not `Up`, though others are:
+        // what waits for that link's outage is no standing queue to signal.
+        let paths = &self.paths;
+        let up = |id: PathId| {
+            paths
+                .iter()
+                .any(|s| s.path.id() == id && s.path.state() == PathState::Up)
+        };
+        self.link_queues.set_stalled(|rule| match rule {
+            LinkRule::Only(l) => !up(l),
+            _ => stalled,
+        });
         let mut wake = None;
-        for queue in [Queue::Best, Queue::Aggregate] {
+        // One path's queues first (each waits for one pacer only), the striped one last.
+        let links = self.link_queues.len();
+        for k in 0..links + 2 {
+            let queue = match k {
+                0 => Queue::Best,
+                k if k <= links => Queue::Link(self.link_queues.rule(k - 1)),
+                _ => Queue::Aggregate,
+            };
             match self.schedule_queue(now, queue) {
                 Scheduled::Sent => {
                     self.pace_wake = None;
@@ -230,7 +276,7 @@ impl Session {
                 Scheduled::Empty => {}
             }
         }
-        if self.agg_queue.is_empty() && self.best_queue.is_empty() {
+        if self.paced_queues_empty() {
             // Nothing to send: whatever room the paths have is unused.
             self.set_app_limited(true);
         } else {
@@ -251,11 +297,13 @@ impl Session {
             return;
         };
         let mut views = self.take_views(now);
-        super::reinject::restrict(link, &mut views);
-        if code == Policy::Best.code() && link.is_none() {
-            // Repairs of a `best` flow stay on its one link (or follow it to another
-            // when it fails, as `best` does).
-            self.restrict_to_best(now, &mut views, len);
+        // Repairs of a `best` or link-policy flow stay on the link it uses (or follow it
+        // to another when it fails, as its scheduler does); `only:` data never leaves its
+        // link, `backup:` data goes on its link only while no other path is `Up`.
+        match link {
+            Some(rule) => self.restrict_to_link(now, rule, &mut views, len),
+            None if code == Policy::Best.code() => self.restrict_to_best(now, &mut views, len),
+            None => {}
         }
         self.cap_release_windows(&mut views);
         let sel = self.aggregate.select(now, &views, len);
@@ -283,15 +331,25 @@ impl Session {
         }
     }
 
+    /// Narrows `views` to the path link rule `rule` would send a `len`-byte packet on.
+    fn restrict_to_link(
+        &mut self,
+        now: Instant,
+        rule: LinkRule,
+        views: &mut Vec<PathView>,
+        len: usize,
+    ) {
+        if let Selection::Paths(p) = self.link_sched.select(now, rule, views, len) {
+            views.retain(|v| p.contains(&v.id));
+        }
+    }
+
     /// Offers the head of `queue` to the paths it may use: the aggregate queue's to those
-    /// its flow's split rule allows, through the aggregate scheduler; the best queue's to
-    /// the path `best` picks, through the earliest-arrival scheduler (window and pacer).
+    /// its flow's split rule allows, through the aggregate scheduler; a one-path queue's
+    /// (`best`, a link rule) to the path its scheduler picks, through the earliest-arrival
+    /// scheduler (window and pacer).
     fn schedule_queue(&mut self, now: Instant, queue: Queue) -> Scheduled {
-        let q = match queue {
-            Queue::Best => &mut self.best_queue,
-            Queue::Aggregate => &mut self.agg_queue,
-        };
-        let Some(head) = q.head(now) else {
+        let Some(head) = self.paced_queue(queue).and_then(|q| q.head(now)) else {
             return Scheduled::Empty;
         };
         let len = head.len();
@@ -303,32 +361,25 @@ impl Session {
                 self.restrict_to_best(now, &mut allowed, len);
                 EarliestArrival::new().select(now, &allowed, len)
             }
-            Queue::Aggregate => {
-                let probe = flow.as_ref().and_then(|k| {
-                    let bytes = self.flow_meter.bytes(now, k);
-                    split::retain_eligible(&mut allowed, bytes, now, len)
-                });
-                let mut sel = self.aggregate.select(now, &allowed, len);
-                // A path the split rule left out but must measure again gets two copies,
-                // back to back: a packet pair (`split::remeasured`). The receiver keeps
-                // whichever copy arrives first, the original on the path that pays.
-                if let (Selection::Paths(set), Some(q)) = (&mut sel, probe) {
-                    if !set.contains(&q) && set.remaining_capacity() >= 2 {
-                        set.push(q);
-                        set.push(q);
-                    }
-                }
-                sel
+            Queue::Link(rule) => {
+                self.restrict_to_link(now, rule, &mut allowed, len);
+                EarliestArrival::new().select(now, &allowed, len)
             }
+            Queue::Aggregate => self.select_striped(now, &mut allowed, flow.as_ref(), len),
         };
         let wait = (sel == Selection::Wait).then(|| pacer_wake(now, &allowed, len));
         self.put_views(allowed);
         if let Some(at) = wait {
             return Scheduled::Wait(at);
         }
-        let (q, metered) = match queue {
-            Queue::Best => (&mut self.best_queue, false),
-            Queue::Aggregate => (&mut self.agg_queue, true),
+        let metered = queue == Queue::Aggregate;
+        let (flow_order, link) = (self.cfg.flow_order, queue.policy().link_rule());
+        let Some(q) = (match queue {
+            Queue::Best => Some(&mut self.best_queue),
+            Queue::Aggregate => Some(&mut self.agg_queue),
+            Queue::Link(rule) => self.link_queues.get_mut(rule),
+        }) else {
+            return Scheduled::Empty;
         };
         let Some(s) = take_striped(
             q,
@@ -337,46 +388,80 @@ impl Session {
             now,
             (flow, queue.policy()),
             metered,
-            self.cfg.flow_order,
+            flow_order,
         ) else {
             return Scheduled::Empty;
         };
-        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), (0, None), s.packet);
+        self.push_data_jobs(sel, s.seq, (s.flags, s.pred_gap), (0, link), s.packet);
         Scheduled::Sent
+    }
+
+    /// The aggregate queue's head (of `flow`, `len` bytes): on the paths its flow's split
+    /// rule allows (`allowed` narrowed to them), as the aggregate scheduler picks.
+    fn select_striped(
+        &mut self,
+        now: Instant,
+        allowed: &mut Vec<PathView>,
+        flow: Option<&FlowKey>,
+        len: usize,
+    ) -> Selection {
+        let probe = flow.and_then(|k| {
+            let bytes = self.flow_meter.bytes(now, k);
+            split::retain_eligible(allowed, bytes, now, len)
+        });
+        let mut sel = self.aggregate.select(now, allowed, len);
+        // A path the split rule left out but must measure again gets two copies, back to
+        // back: a packet pair (`split::remeasured`). The receiver keeps whichever copy
+        // arrives first, the original on the path that pays.
+        if let (Selection::Paths(set), Some(q)) = (&mut sel, probe) {
+            if !set.contains(&q) && set.remaining_capacity() >= 2 {
+                set.push(q);
+                set.push(q);
+            }
+        }
+        sel
     }
 
     /// When a closed pacer opens for the queued packet (or reinjection) that is waiting
     /// for it.
     pub(super) fn pacing_deadline(&self) -> Option<Instant> {
-        self.pace_wake.filter(|_| {
-            !self.agg_queue.is_empty() || !self.best_queue.is_empty() || !self.reinject.is_empty()
-        })
+        self.pace_wake
+            .filter(|_| !self.paced_queues_empty() || !self.reinject.is_empty())
+    }
+
+    /// Whether no paced queue holds a packet.
+    pub(super) fn paced_queues_empty(&self) -> bool {
+        self.agg_queue.is_empty() && self.best_queue.is_empty() && self.link_queues.is_empty()
     }
 }
 
-/// The session's two paced queues.
+/// The session's paced queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Queue {
     /// TCP under `best`.
     Best,
+    /// TCP under a link policy (`link_queues.rs`).
+    Link(LinkRule),
     /// `aggregate`.
     Aggregate,
 }
 
 impl Queue {
-    /// The queue a data job of policy code `code` took its riders from.
-    pub(super) fn of_code(code: u8) -> Queue {
-        if code == Policy::Best.code() {
-            Queue::Best
-        } else {
-            Queue::Aggregate
+    /// The queue a data job of policy code `code` and link rule `link` took its riders
+    /// from (link policies travel with `best`'s code).
+    pub(super) fn of_job(code: u8, link: Option<LinkRule>) -> Queue {
+        match link {
+            Some(rule) => Queue::Link(rule),
+            None if code == Policy::Best.code() => Queue::Best,
+            None => Queue::Aggregate,
         }
     }
 
-    /// The policy whose code its packets carry.
+    /// The policy its packets are sent under.
     pub(super) fn policy(self) -> Policy {
         match self {
             Queue::Best => Policy::Best,
+            Queue::Link(rule) => Policy::Link(rule),
             Queue::Aggregate => Policy::Aggregate,
         }
     }

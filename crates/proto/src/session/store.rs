@@ -324,6 +324,9 @@ impl Session {
         while let Some(packet) = self.best_queue.take() {
             self.hold(now, Policy::Best, packet);
         }
+        for (rule, packet) in self.link_queues.drain_where(|_| true) {
+            self.hold(now, Policy::Link(rule), packet);
+        }
         while let Some(packet) = self.agg_queue.take() {
             self.hold(now, Policy::Aggregate, packet);
         }
@@ -339,8 +342,18 @@ impl Session {
         let Some(slot) = self.paths.iter_mut().find(|s| s.path.id() == id) else {
             return;
         };
-        let only = slot.in_flight.take_only();
+        let mut only = slot.in_flight.take_only();
+        // Its `only:` repairs waiting to leave, and its `only:` queue, wait for it too:
+        // no other link may carry them, and they would hold up the others' data.
+        let of_link = |l: Option<LinkRule>| l == Some(LinkRule::Only(id));
+        let (mine, others): (VecDeque<_>, VecDeque<_>) =
+            self.reinject.drain(..).partition(|r| of_link(r.link));
+        self.reinject = others;
+        only.extend(mine);
         self.hold_sent(now, only);
+        for (rule, packet) in self.link_queues.drain_where(|r| of_link(Some(r))) {
+            self.hold(now, Policy::Link(rule), packet);
+        }
     }
 
     /// Holds packets already sent (lost with their path), ordered by `data_seq`, each in

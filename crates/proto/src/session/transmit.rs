@@ -186,6 +186,7 @@ impl Session {
             flags,
             pred_gap,
             packet,
+            link,
             ..
         } = job
         else {
@@ -195,6 +196,7 @@ impl Session {
             };
             return Plan {
                 riding: false,
+                queue: Queue::Aggregate,
                 encoding: Encoding::Plain,
                 order: (DataFlags::default(), 0),
                 frame_len,
@@ -205,10 +207,11 @@ impl Session {
         // and the receiver should meet the packets in their order. Only if the first of
         // them fits beside it sent plain: a full-size packet would otherwise lose its
         // compression (29 bytes) for no rider at all.
+        let queue = Queue::of_job(flags.policy_code(), *link);
         let riding = flags.ordered() && self.reinject.is_empty() && {
             let plain = DataFrame::header_len(*flags) + packet.len();
-            self.paced_queue(Queue::of_code(flags.policy_code()))
-                .head(now)
+            self.paced_queue(queue)
+                .and_then(|q| q.head(now))
                 .is_some_and(|next| {
                     next.len() <= RIDER_MAX
                         && plain + DataFrame::HEADER_LEN + PRED_GAP_LEN + next.len() <= frames_room
@@ -232,6 +235,7 @@ impl Session {
         };
         Plan {
             riding,
+            queue,
             encoding,
             order,
             frame_len,
@@ -272,20 +276,22 @@ impl Session {
             self.counters.tx_compressed += 1;
         }
         if plan.riding {
-            self.write_riders(now, w, flags.policy_code());
+            self.write_riders(now, w, plan.queue);
         }
         Some(())
     }
 
-    /// Small striped packets queued behind the one just written (of policy code `code`),
-    /// from the same queue, into the same datagram.
-    fn write_riders(&mut self, now: Instant, w: &mut FrameWriter<'_>, code: u8) {
+    /// Small striped packets queued behind the one just written, from its queue `queue`,
+    /// into the same datagram.
+    fn write_riders(&mut self, now: Instant, w: &mut FrameWriter<'_>, queue: Queue) {
         let limit = self.cfg.max_datagram - DATA_HEADER_LEN - TAG_LEN;
-        let queue = Queue::of_code(code);
         while self.riders.len() < MAX_RIDERS {
-            let q = match queue {
-                Queue::Best => &mut self.best_queue,
-                Queue::Aggregate => &mut self.agg_queue,
+            let Some(q) = (match queue {
+                Queue::Best => Some(&mut self.best_queue),
+                Queue::Aggregate => Some(&mut self.agg_queue),
+                Queue::Link(rule) => self.link_queues.get_mut(rule),
+            }) else {
+                break;
             };
             let Some(next) = q.head(now) else {
                 break;
@@ -358,9 +364,10 @@ impl Session {
         } = job
         {
             slot.in_flight.on_sent(path_seq, *seq, order, *link, packet);
+            // Riders come from the job's queue: its link rule is theirs.
             for r in self.riders.drain(..) {
                 slot.in_flight
-                    .on_sent(path_seq, r.seq, (r.flags, r.pred_gap), None, &r.packet);
+                    .on_sent(path_seq, r.seq, (r.flags, r.pred_gap), *link, &r.packet);
             }
         }
         InnerHeader {
@@ -394,6 +401,8 @@ impl Session {
 struct Plan {
     /// Small striped packets ride behind this one, which then goes plain and first.
     riding: bool,
+    /// The paced queue the riders come from: the job's own.
+    queue: Queue,
     /// How the packet's headers travel.
     encoding: Encoding,
     /// The flags and predecessor distance the data frame carries.
