@@ -164,6 +164,18 @@ impl Path {
         n
     }
 
+    /// The NACKs last sent, while their repeats last: copies for datagrams on the other
+    /// paths (`session/transmit.rs`). A path that loses datagrams in bursts loses the ACKs
+    /// that carry its NACKs in the same bursts, repeats included (Gilbert-Elliott loss,
+    /// bursts of 3: a third of the repeats after a lost NACK are lost too), and each NACK
+    /// lost leaves its hole to the reorder buffer's give-up; another path's loss is
+    /// independent of this one's.
+    pub fn nack_echo(&self) -> &[NackFrame] {
+        self.rx_nack_repeat
+            .as_ref()
+            .map_or(&[], |(n, _)| n.as_slice())
+    }
+
     /// NACK frames (new or repeated) waiting to be sent.
     pub fn nack_count(&self) -> usize {
         if self.rx_nack.is_empty() {

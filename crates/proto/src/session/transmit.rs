@@ -135,6 +135,8 @@ impl Session {
         .ok()?;
         let room = frames_room.saturating_sub(plan.frame_len);
         let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
+        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
+        self.write_nack_echoes(idx, &mut w, left)?;
         // The stated policy, the relay list and their acknowledgements ride where there is
         // room.
         let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
@@ -170,6 +172,22 @@ impl Session {
         }
         let plain_len = w.len();
         self.seal(now, job, idx, plan.order, buf, plain_len)
+    }
+
+    /// Copies of the other paths' recent NACKs (`Path::nack_echo`) that fit in `room`
+    /// bytes of the datagram being built on path `idx`. The sender repairs on the first
+    /// copy to arrive and ignores the others (it took the packets out).
+    fn write_nack_echoes(&self, idx: usize, w: &mut FrameWriter<'_>, room: usize) -> Option<()> {
+        let mut left = room / NackFrame::LEN;
+        let others = self.paths.iter().enumerate().filter(|(i, _)| *i != idx);
+        for n in others.flat_map(|(_, s)| s.path.nack_echo()) {
+            if left == 0 {
+                break;
+            }
+            w.nack(n).ok()?;
+            left -= 1;
+        }
+        Some(())
     }
 
     /// Bytes of frames a datagram holds after its inner header.
