@@ -287,14 +287,16 @@ def one_run(topo: Topology, links: list[dict], policy: str, seconds: float) -> d
 
 def mptcp_run(topo: Topology, links: list[dict], seconds: float) -> dict:
     """Kernel MPTCP's download on the same pair. The client sends 64 KiB first: this kernel's
-    path manager opens the extra subflow only once the client's data was acknowledged."""
+    path manager opens the extra subflow only once the client's data was acknowledged; and it
+    keeps its side open until the end, since the server refuses joins after a DATA_FIN."""
 
     def on_connect(client) -> None:  # noqa: ANN001 - a lab.netns.Proc
         wait_connected(client)
         restart_traces(topo, links)
 
     res = run_transfer(topo, "mptcp", server_send_seconds=seconds, client_send_bytes=65536,
-                       timeout=seconds + 120, port=next_port(), during=on_connect)  # fmt: skip
+                       client_close_after=seconds, timeout=seconds + 120, port=next_port(),
+                       during=on_connect)  # fmt: skip
     rx = res.get("client", {})
     secs = rx.get("seconds")
     return {
