@@ -42,14 +42,17 @@ def plot(results: list[dict]) -> plt.Figure | None:
     ax_c.scatter(range(len(pairs)), outages, marker="_", s=900, color="black", zorder=3,
                  label="real outages (gaps >= detect_ms)")  # fmt: skip
     ax_s.axhline(0.3, color="red", linestyle="--", label="bar 0.3 s")
+    # Headroom for the legend above the tallest bar.
+    counts = [s.get("downs") or 0 for p in pairs for s in p["summary"].values()]
+    ax_c.set_ylim(0, 1.5 * max([*counts, *outages, 1]))
     names = [p["name"] for p in pairs]
-    for ax, title, unit in (
-        (ax_g, "bulk download goodput", "Mbit/s"),
-        (ax_s, "longest stall while any link delivers", "s"),
-        (ax_c, "link state changes vs real outages", "count (both links)"),
+    for ax, title, unit, where in (
+        (ax_g, "bulk download goodput", "Mbit/s", "upper left"),
+        (ax_s, "longest stall while any link delivers", "s", "upper left"),
+        (ax_c, "link state changes vs real outages", "count (both links)", "upper right"),
     ):
         ax.set_xticks(range(len(pairs)), names, rotation=12, fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc=where)
     return fig
