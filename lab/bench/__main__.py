@@ -23,8 +23,11 @@ multihome against plain TCP; issue 16), ``reorder`` (links whose jitter reorders
 without 1 % loss: goodput and packets resent against packets really lost, ``aggregate`` and
 ``best``; issue 19), ``scale`` (1 000 real clients x 2 links on one server: bring-up,
 steady traffic, churn, roaming, memory per idle session also at 10 000, bulk goodput beside a
-spoofed handshake flood; lab/bench/scale.py), ``all``. Needs root; builds its own namespaces
-and removes them, even after a failure.
+spoofed handshake flood; lab/bench/scale.py), ``cellular-drive`` (pairs of Mahimahi cellular
+driving traces with multi-second outages: a bulk download and a voice stream under ``best``,
+``aggregate``, ``redundant``: longest stall while any link delivers, link state changes
+against the traces' outages, goodput, voice loss; issue 19), ``all``. Needs root; builds its
+own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sys
 
 from lab.bench import (
     aggregate,
+    cellular_drive,
     copies_cpu,
     crosscheck,
     detour_relay,
@@ -68,6 +72,7 @@ SUITES = (
     "vehicular-lte",
     "reorder",
     "scale",
+    "cellular-drive",
 )
 
 
@@ -78,14 +83,15 @@ def main() -> int:
         "--runs",
         type=int,
         help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range, "
-        "outage 2, reorder 1)",
+        "outage 2, reorder 1, cellular-drive 1)",
     )
     parser.add_argument(
         "--cases",
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; cellular-drive: "
+        "trace pairs by name (lab/bench/cellular_drive.py PAIRS); realtime-media: "
         "these cases or trace pairs by name; detours: "
         "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
         "ranges 100-300 300-500 and the cross-check point fixed-400; naming: latency cases by "
@@ -105,7 +111,8 @@ def main() -> int:
         "detours, detour-relay: seconds per run (default 20, 10); "
         "naming: seconds of timed load per store (default 20); "
         "handoff-voice: seconds of voice in each lab run (default 120); "
-        "reorder: seconds per flow (default 15)",
+        "reorder: seconds per flow (default 15); "
+        "cellular-drive: seconds per policy run (default 60)",
     )
     parser.add_argument(
         "--skip-sim",
@@ -114,6 +121,9 @@ def main() -> int:
     )
     parser.add_argument("--skip-lab", action="store_true", help="handoff-voice: the simulator only")
     parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
+    parser.add_argument(
+        "--no-mptcp", action="store_true", help="cellular-drive: leave kernel MPTCP's run out"
+    )
     parser.add_argument(
         "--mechanisms",
         nargs="*",
@@ -201,6 +211,13 @@ def main() -> int:
             vehicular_lte.main()
         elif suite == "reorder":
             reorder.main(runs=args.runs, seconds=args.seconds)
+        elif suite == "cellular-drive":
+            cellular_drive.main(
+                runs=args.runs,
+                seconds=args.seconds,
+                only=args.cases,
+                with_mptcp=not args.no_mptcp,
+            )
         elif suite == "scale":
             scale.main(
                 sessions=args.sessions,

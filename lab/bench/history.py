@@ -61,6 +61,7 @@ COMMANDS = {
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
+    "cellular-drive": f"{PY} -m lab.bench cellular-drive",
     "realtime-media": f"{PY} -m lab.bench realtime-media",
     "detour-relay": f"{PY} -m lab.bench detour-relay",
     "detours": f"{PY} -m lab.bench detours",
@@ -269,6 +270,31 @@ def _table_failover(rs: list[dict]) -> list[str]:
     return rows
 
 
+def _table_cellular_drive(rs: list[dict]) -> list[str]:
+    """Pairs in run order, policies in POLICIES order, kernel MPTCP last (goodput only)."""
+    order = {"best": 0, "aggregate": 1, "redundant": 2, "mptcp": 3}
+    rows = [
+        "| trace pair | system | Mbit/s | / offered | longest stall while a link delivers (raw) "
+        "| Down transitions / real outages | voice lost / late |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rs, key=lambda r: (r["case"].split()[0], order.get(r["case"].split()[-1], 9))):
+        f = r["figures"]
+        pair, system = r["case"].rsplit(" ", 1)
+        if system == "mptcp":
+            rows.append(f"| {pair} | kernel MPTCP | {_fmt(f.get('goodput_mbps'))} | | | | |")
+            continue
+        rows.append(
+            f"| {pair} | {system} | {_fmt(f.get('goodput_mbps'))} | "
+            f"{_fmt(f.get('goodput_over_offered'))} | "
+            f"{_fmt(f.get('longest_stall_any_link_s'), ' s')} "
+            f"({_fmt(f.get('longest_stall_raw_s'), ' s')}) | "
+            f"{f.get('downs')} / {f.get('real_outages')} | "
+            f"{f.get('voice_lost')} / {f.get('voice_late')} |"
+        )
+    return rows
+
+
 def _table_overhead(rs: list[dict]) -> list[str]:
     rows = [
         "| path | 1 TCP stream (CUBIC) | vs direct | 4 streams | vs direct | median idle RTT "
@@ -384,6 +410,16 @@ COLUMNS = {
         "spurious_lost",
         "retransmissions",
     ],
+    "cellular-drive": [
+        "goodput_mbps",
+        "goodput_over_offered",
+        "longest_stall_any_link_s",
+        "longest_stall_raw_s",
+        "downs",
+        "real_outages",
+        "voice_lost",
+        "voice_late",
+    ],
     "sim-bench": [
         "realtime_factor",
         "realtime_factor_idle",
@@ -411,6 +447,7 @@ TABLES = {
     "overhead": _table_overhead,
     "realtime-media": _table_realtime_media,
     "detours": _table_detours,
+    "cellular-drive": _table_cellular_drive,
 }
 
 

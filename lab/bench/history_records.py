@@ -207,6 +207,17 @@ def _reorder(d: dict) -> list[tuple[str, dict]]:
     ]
 
 
+def _cellular_drive(d: dict) -> list[tuple[str, dict]]:
+    """One record per (trace pair, policy) of the summary, kernel MPTCP's goodput included."""
+    keys = ("goodput_mbps", "goodput_over_offered", "longest_stall_any_link_s",
+            "longest_stall_raw_s", "downs", "real_outages", "voice_lost", "voice_late")  # fmt: skip
+    return [
+        (f"{p['name']} {pol}", _figs(s, keys))
+        for p in d.get("pairs", [])
+        for pol, s in p.get("summary", {}).items()
+    ]
+
+
 def _handoff_voice(d: dict) -> list[tuple[str, dict]]:
     """One record per simulator point (gap, mechanism) and per cross-check mechanism."""
     keys = ("handoffs", "lost_per_handoff_mean", "lost_per_handoff_p95", "window_loss")
@@ -343,6 +354,7 @@ EXTRACT = {
     "handoff-voice": _handoff_voice,
     "vehicular-lte": _vehicular_lte,
     "reorder": _reorder,
+    "cellular-drive": _cellular_drive,
     "scale": _scale,
 }
 

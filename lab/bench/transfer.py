@@ -39,11 +39,15 @@ def run_transfer(
     client_send_seconds: float = 0.0,
     server_send_bytes: int = 0,
     server_send_seconds: float = 0.0,
+    client_close_after: float = 0.0,
     timeout: float = 120,
     port: int = 9100,
     during: object = None,
 ) -> dict:
-    """Run one connection; ``during(client_proc)`` is called once both ends are running."""
+    """Run one connection; ``during(client_proc)`` is called once both ends are running.
+
+    ``client_close_after``: the client half-closes no earlier than this (a kernel MPTCP
+    download: the server refuses joins once the client's DATA_FIN arrived)."""
     mptcp = system == "mptcp"
     if system.startswith("tcp:"):
         # Plain TCP over one link alone, no tunnel: the single-path baseline.
@@ -64,6 +68,8 @@ def run_transfer(
     cli_args = ["--send-bytes", str(client_send_bytes)]
     if client_send_seconds:
         cli_args = ["--send-seconds", str(client_send_seconds)]
+    if client_close_after:
+        cli_args += ["--close-after", f"{client_close_after:g}"]
     before = _delivered(topo)
     mp_before = counters(topo.srv) if mptcp else {}
     server = topo.srv.spawn(tool_cmd("bidixfer", "server", *common, *srv_args), f"bx{port}")

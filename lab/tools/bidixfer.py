@@ -46,10 +46,18 @@ def make_socket(mptcp: bool, cc: str) -> socket.socket:
 class Sender(threading.Thread):
     """Sends the configured amount, then half-closes; records any error."""
 
-    def __init__(self, sock: socket.socket, nbytes: int, seconds: float, half_close: bool) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        nbytes: int,
+        seconds: float,
+        half_close: bool,
+        close_after: float = 0.0,
+    ) -> None:
         super().__init__(daemon=True)
         self.sock, self.nbytes, self.seconds = sock, nbytes, seconds
         self.half_close = half_close
+        self.close_after = close_after
         self.sent = 0
         self.error: str | None = None
         self.finished_at: float | None = None
@@ -70,6 +78,9 @@ class Sender(threading.Thread):
                 self.sock.sendall(block[:n])
                 self.sent += n
             if self.half_close:
+                # Kernel MPTCP refuses new subflows once the peer's DATA_FIN arrived: a client
+                # that sends a little and then only receives keeps its side open meanwhile.
+                time.sleep(max(0.0, start + self.close_after - time.monotonic()))
                 self.sock.shutdown(socket.SHUT_WR)
         except OSError as exc:
             self.error = f"send: {exc!r}"
@@ -80,7 +91,8 @@ def exchange(sock: socket.socket, args: argparse.Namespace, t0: float, is_server
     sock.settimeout(args.stall_timeout)
     # The client half-closes when it has sent everything; the server only once it has also
     # received the client's EOF, so the client's EOF means "every byte delivered both ways".
-    sender = Sender(sock, args.send_bytes, args.send_seconds, half_close=not is_server)
+    close_after = 0.0 if is_server else args.close_after
+    sender = Sender(sock, args.send_bytes, args.send_seconds, not is_server, close_after)
     sender.start()
     got = 0
     first = last = None
@@ -182,6 +194,12 @@ def main() -> int:
         else:
             p.add_argument("--host", required=True)
             p.add_argument("--connect-timeout", type=float, default=10)
+            p.add_argument(
+                "--close-after",
+                type=float,
+                default=0.0,
+                help="half-close no earlier than this many seconds after connect",
+            )
     args = parser.parse_args()
     return server(args) if args.mode == "server" else client(args)
 
