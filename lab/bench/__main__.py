@@ -23,8 +23,10 @@ multihome against plain TCP; issue 16), ``reorder`` (links whose jitter reorders
 without 1 % loss: goodput and packets resent against packets really lost, ``aggregate`` and
 ``best``; issue 19), ``scale`` (1 000 real clients x 2 links on one server: bring-up,
 steady traffic, churn, roaming, memory per idle session also at 10 000, bulk goodput beside a
-spoofed handshake flood; lab/bench/scale.py), ``all``. Needs root; builds its own namespaces
-and removes them, even after a failure.
+spoofed handshake flood; lab/bench/scale.py), ``quic`` (a QUIC bulk download, quic-go's
+example client and server, through ``aggregate`` on the aggregate suite's fixed cases and two
+trace pairs, beside TCP: goodput against the best link alone; issue 19), ``all``. Needs
+root; builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from lab.bench import (
     naming,
     outage,
     overhead,
+    quic,
     realtime_media,
     reorder,
     scale,
@@ -68,6 +71,7 @@ SUITES = (
     "vehicular-lte",
     "reorder",
     "scale",
+    "quic",
 )
 
 
@@ -78,14 +82,15 @@ def main() -> int:
         "--runs",
         type=int,
         help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range, "
-        "outage 2, reorder 1)",
+        "outage 2, reorder 1, quic 1)",
     )
     parser.add_argument(
         "--cases",
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; realtime-media: "
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces' (quic: the same names; "
+        "'traces' there is synthetic-wifi+lte and mptraces-8_1); realtime-media: "
         "these cases or trace pairs by name; detours: "
         "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
         "ranges 100-300 300-500 and the cross-check point fixed-400; naming: latency cases by "
@@ -105,7 +110,7 @@ def main() -> int:
         "detours, detour-relay: seconds per run (default 20, 10); "
         "naming: seconds of timed load per store (default 20); "
         "handoff-voice: seconds of voice in each lab run (default 120); "
-        "reorder: seconds per flow (default 15)",
+        "reorder: seconds per flow (default 15); quic: seconds per transfer (default 20)",
     )
     parser.add_argument(
         "--skip-sim",
@@ -209,6 +214,8 @@ def main() -> int:
                 detect_ms=args.detect_ms,
                 flood_only=args.flood_only,
             )
+        elif suite == "quic":
+            quic.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         else:
             failover.main(runs=args.runs or 3)
     return 0

@@ -61,6 +61,7 @@ COMMANDS = {
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
+    "quic": f"{PY} -m lab.bench quic",
     "realtime-media": f"{PY} -m lab.bench realtime-media",
     "detour-relay": f"{PY} -m lab.bench detour-relay",
     "detours": f"{PY} -m lab.bench detours",
@@ -383,6 +384,15 @@ COLUMNS = {
         "resent_over_lost",
         "spurious_lost",
         "retransmissions",
+    ],
+    "quic": [
+        "quic_goodput_mbps",
+        "quic_best_single_mbps",
+        "quic_ratio_best_single",
+        "tcp_goodput_mbps",
+        "tcp_best_single_mbps",
+        "tcp_ratio_best_single",
+        "quic_ratio_to_tcp_aggregate",
     ],
     "sim-bench": [
         "realtime_factor",
