@@ -41,7 +41,7 @@ from pathlib import Path
 
 from lab.bench import quic_tool
 from lab.bench.aggregate import next_port, queue_bytes, select, subset
-from lab.bench.aggregate_run import set_scheduler
+from lab.bench.aggregate_run import reorder_delta, set_scheduler
 from lab.bench.aggregate_traces import TracesUnavailable, mean_mbit, pair_traces
 from lab.bench.common import figure, progress, save
 from lab.bench.transfer import run_transfer
@@ -118,16 +118,52 @@ def quic_transfer(srv: QuicServer, host: str, guess: float, seconds: float, *,
     probe = fetch(srv, host, clamp(guess * 1e6 / 8 * SIZING_S), 10 * SIZING_S + 20)
     rate = probe.get("goodput_mbps") or guess
     size = clamp(rate * 1e6 / 8 * seconds)
+    before = snapshot(srv.topo, tunnel=host == TUN_SERVER)
     rec = fetch(srv, host, size, 4 * seconds + 30, on_start=on_start)
+    rec |= observed(before, snapshot(srv.topo, tunnel=host == TUN_SERVER))
     rec["sizing_goodput_mbps"] = probe.get("goodput_mbps")
     rec.setdefault("goodput_mbps", 0.0)
     return rec
+
+
+def snapshot(topo: Topology, *, tunnel: bool) -> dict:
+    """What the links carried and dropped downstream (srv -> cli) so far, and for a tunnelled
+    transfer the data receiver's (the client's) reorder counters."""
+    out: dict = {"links": {}}
+    for i, link in topo.emulated.items():
+        down = link.stats()["b2a"]
+        drops = down["dropped_loss"]["frames"] + down["dropped_queue"]["frames"]
+        out["links"][topo.links[i].name] = (down["delivered"]["bytes"], drops)
+    if tunnel:
+        sess = topo.session("client") or {}
+        out["reorder"] = dict(sess.get("reorder", {})) | {
+            "rx_ip_packets": sess.get("rx_ip_packets", 0)
+        }
+    return out
+
+
+def observed(before: dict, after: dict) -> dict:
+    """Per-link bytes and drops downstream over one transfer; reorder counter deltas."""
+    links = {
+        n: (b - before["links"][n][0], d - before["links"][n][1])
+        for n, (b, d) in after["links"].items()
+    }
+    total = sum(b for b, _ in links.values())
+    out: dict = {
+        "link_bytes_down": {n: b for n, (b, _) in links.items()},
+        "link_share_down": {n: b / total for n, (b, _) in links.items()} if total else None,
+        "link_drops_down": {n: d for n, (_, d) in links.items()},
+    }
+    if "reorder" in after:
+        out["reorder"] = reorder_delta(before["reorder"], after["reorder"])
+    return out
 
 
 def tcp_transfer(topo: Topology, system: str, seconds: float, cc: str,
                  on_start: Callable[[], None] | None) -> dict:  # fmt: skip
     """One CUBIC download of ``seconds`` (lab.tools.bidixfer), through the tunnel or a link."""
     sys_ = "multihome" if system == "tcp-aggregate" else system
+    before = snapshot(topo, tunnel=sys_ == "multihome")
 
     def during(_client: Proc) -> None:
         if on_start is not None:
@@ -142,7 +178,7 @@ def tcp_transfer(topo: Topology, system: str, seconds: float, cc: str,
         "seconds": secs,
         "goodput_mbps": got * 8 / secs / 1e6 if secs else 0.0,
         "error": res.get("error") or rx.get("error"),
-    }
+    } | observed(before, snapshot(topo, tunnel=sys_ == "multihome"))
 
 
 def start_server(topo: Topology, lab: Lab) -> QuicServer:
@@ -195,7 +231,15 @@ def show(tag: str, system: str, rec: dict) -> None:
     err = f"  ERROR {str(rec['error'])[:100]}" if rec.get("error") else ""
     size = f", {rec['received_bytes'] / 1e6:.0f} MB in {rec['seconds']:.1f} s" if rec.get(
         "seconds") else ""  # fmt: skip
-    progress(f"  {tag:20} {system:15} {rec['goodput_mbps']:6.1f} Mbit/s{size}{err}")
+    share = rec.get("link_share_down") or {}
+    extra = " share " + "/".join(f"{n} {v:.2f}" for n, v in share.items()) if share else ""
+    extra += f", drops {sum((rec.get('link_drops_down') or {}).values())}"
+    ro = rec.get("reorder") or {}
+    if ro:
+        d = ro.get("deltas", {})
+        extra += f", held {ro.get('held_fraction') or 0:.3f} skipped {d.get('skipped_gaps')}"
+        extra += f" late {d.get('late')} lost_skips {d.get('lost_skips')}"
+    progress(f"  {tag:20} {system:15} {rec['goodput_mbps']:6.1f} Mbit/s{size}{extra}{err}")
 
 
 def run_case(sc, case: dict, seconds: float, runs: int) -> dict:  # noqa: ANN001
@@ -276,6 +320,20 @@ def summarize(runs: list[dict]) -> dict:
         for k in ("ratio_best_single", "best_single_mbps", "ratio_to_tcp_aggregate"):
             if any(k in rec for rec in recs):
                 out[system][k] = _median([rec.get(k) for rec in recs])
+        shares = [rec.get("link_share_down") or {} for rec in recs]
+        out[system]["link_share_down"] = {
+            n: _median([sh.get(n) for sh in shares])
+            for n in dict.fromkeys(k for sh in shares for k in sh)
+        }
+        ro = [rec.get("reorder") or {} for rec in recs]
+        if any(ro):
+            out[system]["reorder"] = {
+                k: _median([x.get(k) for x in ro])
+                for k in ("held_fraction", "reorder_density", "mean_occupancy")
+            } | {
+                k: _median([x.get("deltas", {}).get(k) for x in ro])
+                for k in ("skipped_gaps", "late", "lost_skips")
+            }
     return out
 
 
