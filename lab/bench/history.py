@@ -221,6 +221,24 @@ def _table_simult_flows(rs: list[dict]) -> list[str]:
     return rows
 
 
+def _table_quic(rs: list[dict]) -> list[str]:
+    rows = [
+        "| case | QUIC via aggregate Mbit/s | QUIC best link alone | / best link | "
+        "TCP via aggregate Mbit/s | TCP best link alone | / best link | QUIC / TCP |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        if "error" in f:
+            rows.append(f"| {r['case']} | failed | | | | | | |")
+            continue
+        keys = ("quic_goodput_mbps", "quic_best_single_mbps", "quic_ratio_best_single",
+                "tcp_goodput_mbps", "tcp_best_single_mbps", "tcp_ratio_best_single",
+                "quic_ratio_to_tcp_aggregate")  # fmt: skip
+        rows.append(f"| {r['case']} | " + " | ".join(_fmt(f.get(k)) for k in keys) + " |")
+    return rows
+
+
 def _table_aggregate(rs: list[dict]) -> list[str]:
     rows = [
         "| case | sum of rates | multihome Mbit/s | / header ceiling | kernel MPTCP Mbit/s "
@@ -417,6 +435,7 @@ def _table_generic(rs: list[dict], keys: list[str] | None = None) -> list[str]:
 TABLES = {
     "simult-flows": _table_simult_flows,
     "aggregate": _table_aggregate,
+    "quic": _table_quic,
     "failover": _table_failover,
     "overhead": _table_overhead,
     "realtime-media": _table_realtime_media,
