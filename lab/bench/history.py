@@ -61,7 +61,7 @@ COMMANDS = {
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
-    "quic": f"{PY} -m lab.bench quic",
+    "quic": f"{PY} -m lab.bench quic --runs 2",
     "realtime-media": f"{PY} -m lab.bench realtime-media",
     "detour-relay": f"{PY} -m lab.bench detour-relay",
     "detours": f"{PY} -m lab.bench detours",
