@@ -26,8 +26,10 @@ steady traffic, churn, roaming, memory per idle session also at 10 000, bulk goo
 spoofed handshake flood; lab/bench/scale.py), ``cellular-drive`` (pairs of Mahimahi cellular
 driving traces with multi-second outages: a bulk download and a voice stream under ``best``,
 ``aggregate``, ``redundant``: longest stall while any link delivers, link state changes
-against the traces' outages, goodput, voice loss; issue 19), ``all``. Needs root; builds its
-own namespaces and removes them, even after a failure.
+against the traces' outages, goodput, voice loss; issue 19), ``quic`` (a QUIC bulk download,
+quic-go's example client and server, through ``aggregate`` on the aggregate suite's fixed
+cases and two trace pairs, beside TCP: goodput against the best link alone; issue 19),
+``all``. Needs root; builds its own namespaces and removes them, even after a failure.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from lab.bench import (
     naming,
     outage,
     overhead,
+    quic,
     realtime_media,
     reorder,
     scale,
@@ -73,6 +76,7 @@ SUITES = (
     "reorder",
     "scale",
     "cellular-drive",
+    "quic",
 )
 
 
@@ -83,14 +87,15 @@ def main() -> int:
         "--runs",
         type=int,
         help="runs per case (simult-flows 5, failover 3, aggregate 1, vehicular 4 per range, "
-        "outage 2, reorder 1, cellular-drive 1)",
+        "outage 2, reorder 1, cellular-drive 1, quic 1)",
     )
     parser.add_argument(
         "--cases",
         nargs="*",
         help="simult-flows: only these case indexes (0-5); aggregate: only these cases or "
         "trace pairs by name (50+20 100+10 30+20+10 synthetic-wifi+lte mptraces-7_1 "
-        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces'; cellular-drive: "
+        "mptraces-8_1 mptraces-11_1), or the groups 'fixed' and 'traces' (quic: the same names; "
+        "'traces' there is synthetic-wifi+lte and mptraces-8_1); cellular-drive: "
         "trace pairs by name (lab/bench/cellular_drive.py PAIRS); realtime-media: "
         "these cases or trace pairs by name; detours: "
         "NETWORK/VARIATION (symmetric|core-limited / normal|loss|delay); vehicular: AP-gap "
@@ -111,7 +116,7 @@ def main() -> int:
         "detours, detour-relay: seconds per run (default 20, 10); "
         "naming: seconds of timed load per store (default 20); "
         "handoff-voice: seconds of voice in each lab run (default 120); "
-        "reorder: seconds per flow (default 15); "
+        "reorder: seconds per flow (default 15); quic: seconds per transfer (default 20); "
         "cellular-drive: seconds per policy run (default 60)",
     )
     parser.add_argument(
@@ -226,6 +231,8 @@ def main() -> int:
                 detect_ms=args.detect_ms,
                 flood_only=args.flood_only,
             )
+        elif suite == "quic":
+            quic.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         else:
             failover.main(runs=args.runs or 3)
     return 0

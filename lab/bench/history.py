@@ -62,6 +62,7 @@ COMMANDS = {
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
     "cellular-drive": f"{PY} -m lab.bench cellular-drive",
+    "quic": f"{PY} -m lab.bench quic --runs 2",
     "realtime-media": f"{PY} -m lab.bench realtime-media",
     "detour-relay": f"{PY} -m lab.bench detour-relay",
     "detours": f"{PY} -m lab.bench detours",
@@ -218,6 +219,24 @@ def _table_simult_flows(rs: list[dict]) -> list[str]:
             f"| {r['case']} | {_fmt(f.get('limit_s'), ' s')} | {_pass(f, 'multihome')} | "
             f"{_pass(f, 'mptcp')} | {_fmt(f.get('best_alone_s'), ' s')} |"
         )
+    return rows
+
+
+def _table_quic(rs: list[dict]) -> list[str]:
+    rows = [
+        "| case | QUIC via aggregate Mbit/s | QUIC best link alone | / best link | "
+        "TCP via aggregate Mbit/s | TCP best link alone | / best link | QUIC / TCP |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        f = r["figures"]
+        if "error" in f:
+            rows.append(f"| {r['case']} | failed | | | | | | |")
+            continue
+        keys = ("quic_goodput_mbps", "quic_best_single_mbps", "quic_ratio_best_single",
+                "tcp_goodput_mbps", "tcp_best_single_mbps", "tcp_ratio_best_single",
+                "quic_ratio_to_tcp_aggregate")  # fmt: skip
+        rows.append(f"| {r['case']} | " + " | ".join(_fmt(f.get(k)) for k in keys) + " |")
     return rows
 
 
@@ -420,6 +439,15 @@ COLUMNS = {
         "voice_lost",
         "voice_late",
     ],
+    "quic": [
+        "quic_goodput_mbps",
+        "quic_best_single_mbps",
+        "quic_ratio_best_single",
+        "tcp_goodput_mbps",
+        "tcp_best_single_mbps",
+        "tcp_ratio_best_single",
+        "quic_ratio_to_tcp_aggregate",
+    ],
     "sim-bench": [
         "realtime_factor",
         "realtime_factor_idle",
@@ -443,6 +471,7 @@ def _table_generic(rs: list[dict], keys: list[str] | None = None) -> list[str]:
 TABLES = {
     "simult-flows": _table_simult_flows,
     "aggregate": _table_aggregate,
+    "quic": _table_quic,
     "failover": _table_failover,
     "overhead": _table_overhead,
     "realtime-media": _table_realtime_media,

@@ -330,6 +330,23 @@ def _realtime_media(d: dict) -> list[tuple[str, dict]]:
     return out
 
 
+def _quic(d: dict) -> list[tuple[str, dict]]:
+    """One record per case: QUIC and TCP through ``aggregate`` against their best link."""
+    out = []
+    for c in d.get("cases", []):
+        if "error" in c:
+            out.append((c["name"], {"error": c["error"][-200:]}))
+            continue
+        s, f = c["summary"], {}
+        for system, short in (("quic-aggregate", "quic"), ("tcp-aggregate", "tcp")):
+            f |= {f"{short}_{k}": _r(s[system].get(k)) for k in QUIC_KEYS if k in s[system]}
+        out.append((c["name"], f))
+    return out
+
+
+QUIC_KEYS = ("goodput_mbps", "best_single_mbps", "ratio_best_single", "ratio_to_tcp_aggregate")
+
+
 def _scale(d: dict) -> list[tuple[str, dict]]:
     s = d["summary"]
     keys = tuple(k for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool))
@@ -356,6 +373,7 @@ EXTRACT = {
     "reorder": _reorder,
     "cellular-drive": _cellular_drive,
     "scale": _scale,
+    "quic": _quic,
 }
 
 
