@@ -226,8 +226,6 @@ pub struct Path {
     largest_acked: Option<u32>,
     acked_cum_bytes: u64,
     first_unacked_time: Option<Instant>,
-    /// The last ACK was for a datagram older than the down time and left the path `Down`.
-    stale_feedback: bool,
     last_sent_time: Option<Instant>,
     last_data_sent: Option<Instant>,
     /// `path_seq` of the last data datagram sent, and when the last new ACK came (the
@@ -283,7 +281,6 @@ impl Path {
             largest_acked: None,
             acked_cum_bytes: 0,
             first_unacked_time: None,
-            stale_feedback: false,
             last_sent_time: None,
             last_data_sent: None,
             last_data_seq: None,
@@ -589,8 +586,7 @@ impl Path {
         // traces) acknowledges datagrams seconds old, one at a time: each brought the path
         // `Up` and the datagrams still queued behind it `Down` again within milliseconds,
         // 2-13 times per outage. Its probes, sent every quarter detection time, revive it
-        // once one arrives in time; while no other path is live, the session takes it
-        // anyway (`revive`): a late path is better than none.
+        // once one arrives in time.
         let revives = rec.is_none_or(|r| {
             now.saturating_since(r.time) < liveness::down_after(&self.rtt, self.cfg.detect)
         });
@@ -653,22 +649,7 @@ impl Path {
         self.largest_acked = Some(ack.largest);
         self.last_ack_at = Some(now);
         self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
-        self.stale_feedback = self.state == PathState::Down && !revives;
         if self.available && (self.state != PathState::Down || revives) {
-            self.set_state(now, PathState::Up);
-        }
-    }
-
-    /// Whether the last ACK, for a datagram older than the down time, left the path
-    /// `Down` (`on_ack`).
-    pub fn stale_feedback(&self) -> bool {
-        self.stale_feedback && self.state == PathState::Down
-    }
-
-    /// Brings a `Down` path that still delivers (late) back `Up`: the session's call when
-    /// no other path is live.
-    pub fn revive(&mut self, now: Instant) {
-        if self.available && self.state == PathState::Down {
             self.set_state(now, PathState::Up);
         }
     }

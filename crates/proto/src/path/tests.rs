@@ -338,55 +338,34 @@ fn ack_delay_is_a_quarter_rtt_within_bounds() {
     assert_eq!(ack_delay(Some(ms(300))), MAX_ACK_DELAY);
 }
 
-fn ack_for(largest: u32) -> AckFrame {
-    AckFrame {
+#[test]
+fn feedback_for_a_datagram_older_than_the_down_time_does_not_revive_the_path() {
+    // Down at 2 s after feedback stopped at 1 s; then the link's queue drains one stale
+    // datagram (sent at 1.5 s) at 4 s: the path stays Down. A probe sent at 4.1 s and
+    // acknowledged at 4.2 s brings it Up.
+    let (mut tx, _) = run(1000, 1, 5, |_| false);
+    let sent_at = |p: &mut Path, ms: u64| p.on_sent(at(ms), 100, SentKind::Data);
+    let stale = (1000..1600)
+        .step_by(100)
+        .map(|ms| (ms, sent_at(&mut tx, ms)))
+        .find(|(ms, _)| *ms == 1500)
+        .unwrap()
+        .1;
+    tx.update_state(at(2700));
+    assert_eq!(tx.state(), PathState::Down);
+    let ack = |largest| AckFrame {
         path: 0,
         largest,
         ack_delay_us: 0,
         recv_count: 1,
         recv_bytes: 100,
-    }
-}
-
-/// A path Down at 2.7 s (feedback stopped at 1 s) that then gets, at 4 s, the ACK of a
-/// datagram it sent at 1.5 s: its queue draining after an outage.
-fn down_then_stale_ack() -> Path {
-    let (mut tx, _) = run(1000, 1, 5, |_| false);
-    let mut stale = 0;
-    for ms in (1000..1600).step_by(100) {
-        let seq = tx.on_sent(at(ms), 100, SentKind::Data);
-        if ms == 1500 {
-            stale = seq;
-        }
-    }
-    tx.update_state(at(2700));
-    assert_eq!(tx.state(), PathState::Down);
-    tx.on_ack(at(4000), &ack_for(stale), 0);
+    };
+    tx.on_ack(at(4000), &ack(stale), 0);
     tx.update_state(at(4000));
-    tx
-}
-
-#[test]
-fn feedback_for_a_datagram_older_than_the_down_time_does_not_revive_the_path() {
-    let mut tx = down_then_stale_ack();
-    assert_eq!(
-        tx.state(),
-        PathState::Down,
-        "a stale datagram's ACK revived it"
-    );
-    assert!(tx.stale_feedback());
-    // A probe sent at 4.1 s and acknowledged at 4.2 s brings it Up.
-    let probe = tx.on_sent(at(4100), 100, SentKind::Data);
-    tx.on_ack(at(4200), &ack_for(probe), 0);
+    assert_eq!(tx.state(), PathState::Down, "a stale datagram's ACK revived it");
+    let probe = sent_at(&mut tx, 4100);
+    tx.on_ack(at(4200), &ack(probe), 0);
     tx.update_state(at(4200));
-    assert_eq!(tx.state(), PathState::Up);
-    assert!(!tx.stale_feedback());
-}
-
-#[test]
-fn a_path_that_delivers_late_is_revived_when_the_session_has_no_other() {
-    let mut tx = down_then_stale_ack();
-    tx.revive(at(4000));
     assert_eq!(tx.state(), PathState::Up);
 }
 

@@ -274,10 +274,6 @@ impl Session {
 
     /// Feedback for one of our paths. Returns whether the path was known.
     fn on_ack(&mut self, now: Instant, hdr: &InnerHeader, a: &AckFrame) -> bool {
-        let others_live = self
-            .paths
-            .iter()
-            .any(|o| o.path.id() != PathId(a.path) && o.path.state() != PathState::Down);
         let Some(s) = find_slot(&mut self.paths, PathId(a.path)) else {
             return false;
         };
@@ -286,11 +282,6 @@ impl Session {
         // one: its clock, for one-way delay and rates.
         let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
         s.path.on_ack(now, a, peer_receive);
-        // Late feedback does not bring a path back while another is live (it would flap);
-        // with none live, a path that delivers at all is the session's only way out.
-        if s.path.stale_feedback() && !others_live {
-            s.path.revive(now);
-        }
         s.in_flight.on_ack(now, a.largest, s.path.repair_grace());
         if s.path.state() != before {
             let st = s.path.state();
