@@ -580,16 +580,6 @@ impl Path {
             return;
         }
         let rec = self.sent.get(ack.largest).copied();
-        // A `Down` path comes back only on feedback for a datagram sent within the time
-        // that made it `Down` (`liveness::down_after`, before this sample moves it). A link
-        // whose queue drains at one delivery a second after an outage (Mahimahi driving
-        // traces) acknowledges datagrams seconds old, one at a time: each brought the path
-        // `Up` and the datagrams still queued behind it `Down` again within milliseconds,
-        // 2-13 times per outage. Its probes, sent every quarter detection time, revive it
-        // once one arrives in time.
-        let revives = rec.is_none_or(|r| {
-            now.saturating_since(r.time) < liveness::down_after(&self.rtt, self.cfg.detect)
-        });
         if let Some(r) = rec {
             let sample = now.saturating_since(r.time);
             let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
@@ -649,7 +639,7 @@ impl Path {
         self.largest_acked = Some(ack.largest);
         self.last_ack_at = Some(now);
         self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
-        if self.available && (self.state != PathState::Down || revives) {
+        if self.available {
             self.set_state(now, PathState::Up);
         }
     }

@@ -339,37 +339,6 @@ fn ack_delay_is_a_quarter_rtt_within_bounds() {
 }
 
 #[test]
-fn feedback_for_a_datagram_older_than_the_down_time_does_not_revive_the_path() {
-    // Down at 2 s after feedback stopped at 1 s; then the link's queue drains one stale
-    // datagram (sent at 1.5 s) at 4 s: the path stays Down. A probe sent at 4.1 s and
-    // acknowledged at 4.2 s brings it Up.
-    let (mut tx, _) = run(1000, 1, 5, |_| false);
-    let sent_at = |p: &mut Path, ms: u64| p.on_sent(at(ms), 100, SentKind::Data);
-    let stale = (1000..1600)
-        .step_by(100)
-        .map(|ms| (ms, sent_at(&mut tx, ms)))
-        .find(|(ms, _)| *ms == 1500)
-        .unwrap()
-        .1;
-    tx.update_state(at(2700));
-    assert_eq!(tx.state(), PathState::Down);
-    let ack = |largest| AckFrame {
-        path: 0,
-        largest,
-        ack_delay_us: 0,
-        recv_count: 1,
-        recv_bytes: 100,
-    };
-    tx.on_ack(at(4000), &ack(stale), 0);
-    tx.update_state(at(4000));
-    assert_eq!(tx.state(), PathState::Down, "a stale datagram's ACK revived it");
-    let probe = sent_at(&mut tx, 4100);
-    tx.on_ack(at(4200), &ack(probe), 0);
-    tx.update_state(at(4200));
-    assert_eq!(tx.state(), PathState::Up);
-}
-
-#[test]
 fn a_path_slowed_by_its_queue_is_not_down_at_the_detection_time() {
     // 700 ms of queue on the way out (a cellular link under load): the oldest datagram in
     // flight is always ~0.7 s old. Stopping feedback 0.4 s after the last send leaves it
