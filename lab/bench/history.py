@@ -59,6 +59,7 @@ COMMANDS = {
     "failover": f"{PY} -m lab.bench failover",
     "aggregate": f"{PY} -m lab.bench aggregate",
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
+    "aggregate-bursty": f"{PY} -m lab.bench aggregate --cases 30+20+10-bursty --seconds 20",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
     "cellular-drive": f"{PY} -m lab.bench cellular-drive",
