@@ -202,6 +202,7 @@ def run_pair(sc: Scenario, pair: dict, seconds: float, runs: int) -> dict:
 
 
 def _median(xs: list) -> float | None:
+    """Median of the values present (``None`` when there are none)."""
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
 

@@ -35,14 +35,13 @@ goodputs of the same run; a partial run (``--cases``, or ``--seconds`` below 20)
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.bench import quic_tool
-from lab.bench.aggregate import next_port, queue_bytes, select, subset
+from lab.bench.aggregate import _median, next_port, queue_bytes, select, subset
 from lab.bench.aggregate_run import reorder_delta, set_scheduler
 from lab.bench.aggregate_traces import TracesUnavailable, mean_mbit, pair_traces
 from lab.bench.common import figure, progress, save
@@ -312,11 +311,6 @@ def run_pair(sc, pair: dict, seconds: float, runs: int) -> dict:  # noqa: ANN001
         topo.stop()
     out["summary"] = summarize(out["runs"])
     return out
-
-
-def _median(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def summarize(runs: list[dict]) -> dict:
