@@ -42,6 +42,7 @@ run; a partial run (``--cases``, ``--seconds`` below the scenario's) is written 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -54,6 +55,7 @@ from lab.bench.common import progress, save
 from lab.bench.simult_flows import PLAIN_EFF, TUNNEL_EFF
 from lab.netns import Lab, LabError
 from lab.scenario import Scenario, load
+from lab.topology import Topology
 
 FRAME_BYTES = 1514
 _PORT = [9300]
@@ -120,19 +122,63 @@ def subset(sc: Scenario, n: int) -> Scenario:
     return dataclasses.replace(sc, links=sc.links[:n])
 
 
-def run_case(sc: Scenario, case: dict, seconds: float, runs: int) -> dict:
-    b = sc.bench
-    rates, delays = case["rates_mbit"], case["delays_ms"]
-    n = len(rates)
-    names = [lk["name"] for lk in sc.links[:n]]
+def case_losses(case: dict) -> list:
+    """A fixed case's loss per link: a probability, or a Gilbert-Elliott table (linkem's
+    ``{ p, r, loss_bad, loss_good }``); none given is 0 on every link."""
+    n = len(case["rates_mbit"])
     losses = case.get("loss", [0.0] * n)
     if len(losses) != n:
         raise LabError(f"case {case['name']}: {n} links but {len(losses)} loss values")
-    overrides = {
-        nm: {"rate": f"{r:g}mbit", "delay": f"{d:g}ms", "queue_bytes": queue_bytes(r, b)}
+    return losses
+
+
+def mean_loss(spec: float | dict) -> float:
+    """Long-run loss rate of a case's loss value: Gilbert-Elliott's is the bad state's
+    stationary share p / (p + r) times its loss, plus the good state's share times its own."""
+    if not isinstance(spec, dict):
+        return float(spec)
+    p, r = spec["p"], spec["r"]
+    bad = p / (p + r)
+    return bad * spec.get("loss_bad", 1.0) + (1 - bad) * spec.get("loss_good", 0.0)
+
+
+def case_overrides(sc: Scenario, case: dict) -> dict[str, dict]:
+    """linkem settings of a fixed case's links, by link name: rate, delay, drop-tail queue
+    (``queue_bytes``) and loss where there is any."""
+    rates, delays = case["rates_mbit"], case["delays_ms"]
+    names = [lk["name"] for lk in sc.links[: len(rates)]]
+    return {
+        nm: {"rate": f"{r:g}mbit", "delay": f"{d:g}ms", "queue_bytes": queue_bytes(r, sc.bench)}
         | ({"loss": p} if p else {})
-        for nm, r, d, p in zip(names, rates, delays, losses, strict=True)
+        for nm, r, d, p in zip(names, rates, delays, case_losses(case), strict=True)
     }
+
+
+def trace_overrides(links: list[dict], b: dict) -> dict[str, dict]:
+    """linkem settings of a trace pair's links (``pair_traces``), by link name: the trace as
+    the rate, the delay, and the queue sized at the trace's mean rate."""
+    return {
+        lk["name"]: {
+            "rate": f"trace:{lk['path']}",
+            "delay": f"{lk['delay_ms']:g}ms",
+            "queue_bytes": queue_bytes(lk["trace_mean_mbit"], b),
+        }
+        for lk in links
+    }
+
+
+def restart_traces(topo: Topology, links: list[dict]) -> None:
+    """Starts every link's trace again from its beginning (at a flow's connect, so every
+    system sees the same stretch of it)."""
+    for i, lk in enumerate(links):
+        topo.emulated[i].set("both", rate=f"trace:{lk['path']}")
+
+
+def run_case(sc: Scenario, case: dict, seconds: float, runs: int) -> dict:
+    b = sc.bench
+    rates = case["rates_mbit"]
+    n = len(rates)
+    overrides = case_overrides(sc, case)
     out: dict = {**case, "sum_mbit": sum(rates), "links": overrides, "runs": []}
     with Lab() as lab:
         topo = subset(sc, n).topology(lab, overrides=overrides)
@@ -157,14 +203,7 @@ def run_pair(sc: Scenario, pair: dict, seconds: float, runs: int) -> dict:
     out: dict = {"name": pair["name"], "runs": []}
     with Lab() as lab:
         links = pair_traces(pair, lab.dir)
-        overrides = {
-            lk["name"]: {
-                "rate": f"trace:{lk['path']}",
-                "delay": f"{lk['delay_ms']:g}ms",
-                "queue_bytes": queue_bytes(lk["trace_mean_mbit"], b),
-            }
-            for lk in links
-        }
+        overrides = trace_overrides(links, b)
         out["links"] = [
             {k: v for k, v in lk.items() if k not in ("ms", "path")}
             | {"queue_bytes": q["queue_bytes"]}
@@ -175,14 +214,11 @@ def run_pair(sc: Scenario, pair: dict, seconds: float, runs: int) -> dict:
         set_scheduler(topo, "earliest")
         mptcp.enable(topo)
 
-        def restart_traces() -> None:
-            for i, lk in enumerate(links):
-                topo.emulated[i].set("both", rate=f"trace:{lk['path']}")
-
         systems = [("multihome", "earliest"), ("mptcp", None)]
         systems += [(f"tcp:{i}", None) for i in range(len(links))]
         for r in range(runs):
-            kw = {"seconds": seconds, "cc": b["cc"], "on_connect": restart_traces}
+            restart = functools.partial(restart_traces, topo, links)
+            kw = {"seconds": seconds, "cc": b["cc"], "on_connect": restart}
             run = run_systems(topo, pair["name"], systems, r, runs, **kw)
             # Capacity each flow was offered: the traces' means over its own [0, seconds]
             # (the traces restart at its connect), summed over the links for every system.

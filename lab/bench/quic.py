@@ -35,13 +35,24 @@ goodputs of the same run; a partial run (``--cases``, or ``--seconds`` below 20)
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.bench import quic_tool
-from lab.bench.aggregate import _median, next_port, queue_bytes, select, subset
+from lab.bench.aggregate import (
+    _median,
+    case_losses,
+    case_overrides,
+    mean_loss,
+    next_port,
+    restart_traces,
+    select,
+    subset,
+    trace_overrides,
+)
 from lab.bench.aggregate_run import reorder_delta, set_scheduler
 from lab.bench.aggregate_traces import TracesUnavailable, mean_mbit, pair_traces
 from lab.bench.common import figure, progress, save
@@ -257,14 +268,11 @@ def run_case(sc, case: dict, seconds: float, runs: int) -> dict:  # noqa: ANN001
     b = sc.bench
     rates, delays = case["rates_mbit"], case["delays_ms"]
     n = len(rates)
-    losses = case.get("loss", [0.0] * n)
-    names = [lk["name"] for lk in sc.links[:n]]
-    overrides = {
-        nm: {"rate": f"{r:g}mbit", "delay": f"{d:g}ms", "queue_bytes": queue_bytes(r, b)}
-        | ({"loss": p} if p else {})
-        for nm, r, d, p in zip(names, rates, delays, losses, strict=True)
-    }
-    guesses = [quic_tool.guess_mbit(r, d, p) for r, d, p in zip(rates, delays, losses, strict=True)]
+    overrides = case_overrides(sc, case)
+    guesses = [
+        quic_tool.guess_mbit(r, d, mean_loss(p))
+        for r, d, p in zip(rates, delays, case_losses(case), strict=True)
+    ]
     out: dict = {**case, "sum_mbit": sum(rates), "links": overrides, "runs": []}
     with Lab() as lab:
         topo = subset(sc, n).topology(lab, overrides=overrides)
@@ -284,29 +292,19 @@ def run_pair(sc, pair: dict, seconds: float, runs: int) -> dict:  # noqa: ANN001
     out: dict = {"name": pair["name"], "runs": []}
     with Lab() as lab:
         links = pair_traces(pair, lab.dir)
-        overrides = {
-            lk["name"]: {
-                "rate": f"trace:{lk['path']}",
-                "delay": f"{lk['delay_ms']:g}ms",
-                "queue_bytes": queue_bytes(lk["trace_mean_mbit"], b),
-            }
-            for lk in links
-        }
+        overrides = trace_overrides(links, b)
         out["links"] = [{k: v for k, v in lk.items() if k not in ("ms", "path")} for lk in links]
         out["trace_mean_sum_mbit"] = sum(lk["trace_mean_mbit"] for lk in links)
         out["window_mean_mbit"] = [mean_mbit(lk["ms"], 0, seconds) for lk in links]
         topo = subset(sc, len(links)).topology(lab, overrides=overrides)
         set_scheduler(topo, "earliest")
 
-        def restart_traces() -> None:
-            for i, lk in enumerate(links):
-                topo.emulated[i].set("both", rate=f"trace:{lk['path']}")
-
         srv = start_server(topo, lab)
         guesses = [m * 0.9 for m in out["window_mean_mbit"]]
+        restart = functools.partial(restart_traces, topo, links)
         for r in range(runs):
             tag = f"{pair['name']} {r + 1}/{runs}"
-            run = one_run(srv, guesses, seconds, cc=b["cc"], on_start=restart_traces, tag=tag)
+            run = one_run(srv, guesses, seconds, cc=b["cc"], on_start=restart, tag=tag)
             out["runs"].append(run)
         topo.stop()
     out["summary"] = summarize(out["runs"])

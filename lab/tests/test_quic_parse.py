@@ -6,6 +6,7 @@ that printed no body is an error (None), never zero; and the suite's first rate 
 
 from __future__ import annotations
 
+from lab.bench.aggregate import mean_loss
 from lab.bench.quic_tool import body_bytes, guess_mbit, response_started, server_listening
 
 QUIET_LOG = """\
@@ -38,3 +39,12 @@ def test_rate_guess_clean_link_and_lossy_link() -> None:
     # 1 % loss at 20 ms RTT: twice Mathis's bound (~12 Mbit/s), far below the 50 Mbit/s rate.
     lossy = guess_mbit(50, 10, 0.01)
     assert 11 < lossy < 13
+
+
+def test_mean_loss_of_a_case_loss_value() -> None:
+    """The suites' loss values: a probability as is; Gilbert-Elliott's long-run rate (the
+    aggregate suite's bursty case: p = 0.04, r = 0.33, every frame lost while bad)."""
+    assert mean_loss(0.01) == 0.01
+    ge = {"p": 0.04, "r": 0.33, "loss_bad": 1.0, "loss_good": 0.0}
+    assert abs(mean_loss(ge) - 0.04 / 0.37) < 1e-12
+    assert abs(mean_loss({"p": 0.1, "r": 0.1, "loss_bad": 0.5, "loss_good": 0.1}) - 0.3) < 1e-12
