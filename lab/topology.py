@@ -545,6 +545,22 @@ class Topology:
         """Stop the daemons (SIGTERM, the clean path); return their exit codes."""
         return {side: proc.stop(timeout=5) for side, proc in self.daemons.items()}
 
+    def reconfigure(
+        self, *, policy: str | None = None, client_extra: dict | None = None, **start_kw: object
+    ) -> None:
+        """(Re)start both daemons with the client's default ``policy`` and the settings in
+        ``client_extra`` changed as given (``start_kw`` go to ``start``). Nothing happens if
+        the daemons already run with them: a restart would reset the counters a caller
+        snapshotted around a flow."""
+        new_policy = self.policy if policy is None else policy
+        new_extra = {**self.client_extra, **(client_extra or {})}
+        if self.daemons and new_policy == self.policy and new_extra == self.client_extra:
+            return
+        if self.daemons:
+            self.stop_for_restart()
+        self.policy, self.client_extra = new_policy, new_extra
+        self.start(**start_kw)
+
     def stop_for_restart(self) -> None:
         """Stop the daemons so that ``start`` can run again on the same links: a stale socket
         file would let ``start`` go on before the new server listens, and keygen refuses to

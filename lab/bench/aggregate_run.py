@@ -67,12 +67,7 @@ def label(system: str, scheduler: str | None = None) -> str:
 
 def set_scheduler(topo: Topology, scheduler: str) -> None:
     """(Re)start both daemons with the client's ``aggregate_scheduler`` set to ``scheduler``."""
-    if topo.daemons and topo.client_extra.get("aggregate_scheduler") == scheduler:
-        return
-    if topo.daemons:
-        topo.stop_for_restart()
-    topo.client_extra = {**topo.client_extra, "aggregate_scheduler": scheduler}
-    topo.start()
+    topo.reconfigure(client_extra={"aggregate_scheduler": scheduler})
 
 
 def snmp(ns: Namespace) -> dict[str, int]:

@@ -143,13 +143,8 @@ def restart_traces(topo: Topology, links: list[dict]) -> None:
 
 def set_policy(topo: Topology, policy: str) -> None:
     """(Re)start both daemons with the client's default policy set to ``policy``."""
-    if topo.daemons and topo.policy == policy:
-        return
-    if topo.daemons:
-        topo.stop_for_restart()
-    topo.policy = policy
     # A link may be in an outage of its trace right now: established is enough.
-    topo.start(timeout=30, all_links_up=False)
+    topo.reconfigure(policy=policy, timeout=30, all_links_up=False)
 
 
 def wait_connected(proc, timeout: float = 15) -> None:  # noqa: ANN001 - a lab.netns.Proc

@@ -58,15 +58,9 @@ RESEND_BAR = 2.0
 
 def set_policy(topo: Topology, policy: str) -> None:
     """(Re)start both daemons with the client's default policy set to ``policy``."""
-    if topo.daemons and topo.policy == policy:
-        return
-    if topo.daemons:
-        topo.stop_for_restart()
-    topo.policy = policy
-    # ``measure`` asks for the earliest scheduler: already set, it restarts nothing (a restart
-    # there would reset the counters snapshotted around the flow).
-    topo.client_extra = {**topo.client_extra, "aggregate_scheduler": "earliest"}
-    topo.start()
+    # ``measure`` asks for the earliest scheduler: set here, it restarts nothing there (a
+    # restart there would reset the counters snapshotted around the flow).
+    topo.reconfigure(policy=policy, client_extra={"aggregate_scheduler": "earliest"})
 
 
 def link_drops(topo: Topology) -> int:
