@@ -118,6 +118,7 @@ class Topology:
         server_extra: dict | None = None,
         client_links: int | None = None,
         ipv6: bool = False,
+        client_sections: dict | None = None,
     ) -> None:
         self.lab = lab
         self.links = links
@@ -129,6 +130,8 @@ class Topology:
         self.detect_ms = detect_ms
         self.client_extra = client_extra or {}
         self.server_extra = server_extra or {}
+        # Further top-level tables of the client's file (e.g. ``stream``).
+        self.client_sections = client_sections or {}
         self.tunnel = tunnel
         self.ipv6 = ipv6
         # Outer IPv6 needs 20 more bytes per datagram than IPv4 (lab/ipv6.py).
@@ -296,6 +299,7 @@ class Topology:
         client = self.client_config(
             "client", self.server_pub, links, [ORIGIN_PREFIX], self.sockets["client"]
         )
+        client.update(self.client_sections)
         (self.dir / "server.toml").write_text(tomli_w.dumps(server))
         (self.dir / "client.toml").write_text(tomli_w.dumps(client))
 

@@ -14,6 +14,7 @@ mod endpoint;
 mod http;
 mod naming;
 mod race;
+mod stream;
 mod wire;
 
 pub use config::config;
@@ -23,6 +24,7 @@ pub use endpoint::{handshake, session_data};
 pub use http::http_request;
 pub use naming::naming_record;
 pub use race::{nfqueue, race_packet};
+pub use stream::stream;
 pub use wire::{frames, outer_header};
 
 /// Splits fuzzer bytes into records: `[tag u8][len u16 BE][len bytes]`, the last one cut

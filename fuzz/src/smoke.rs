@@ -138,6 +138,27 @@ fn handshake_target() {
 }
 
 #[test]
+fn stream_target() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    // Message 1 and two records unchanged (all accepted), then sparse changes and noise.
+    crate::stream(&[1, 0, 0, 2, 0, 0, 2, 0, 0]);
+    for _ in 0..RUNS / 10 {
+        let mut input = Vec::new();
+        for _ in 0..rng.next_u32() % 5 {
+            let tag = rng.next_u32() as u8;
+            let mut body = bytes(&mut rng, 120);
+            if tag & 3 != 0 && rng.next_u32() % 2 == 0 {
+                body = vec![0; 40];
+                let bit = rng.next_u32() as usize % 320;
+                body[bit / 8] = 1 << (bit % 8);
+            }
+            record(&mut input, tag, &body);
+        }
+        crate::stream(&input);
+    }
+}
+
+#[test]
 fn cookie_reply_target() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     // The valid reply unchanged (accepted, one resend), twice more (one more resend, then
@@ -405,7 +426,7 @@ fn http_request_smoke() {
 #[test]
 fn regressions_replay() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
-    let targets: [(&str, fn(&[u8])); 11] = [
+    let targets: [(&str, fn(&[u8])); 12] = [
         ("config", crate::config),
         ("cookie_reply", crate::cookie_reply),
         ("http_request", |b| {
@@ -427,6 +448,7 @@ fn regressions_replay() {
         ("session_data", |b| {
             crate::session_data(b);
         }),
+        ("stream", crate::stream),
     ];
     let mut replayed = 0;
     for (name, body) in targets {

@@ -23,3 +23,4 @@ pub mod policy;
 pub mod reorder;
 pub mod sched;
 pub mod session;
+pub mod stream;

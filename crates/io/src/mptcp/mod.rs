@@ -34,7 +34,8 @@ use netlink_packet_generic::GenlMessage;
 use netlink_sys::{protocols::NETLINK_GENERIC, Socket, SocketAddr as NlAddr};
 
 pub use msg::{
-    decode_event, MptcpEvent, PmAddr, PmMessage, CMD_SUBFLOW_CREATE, CMD_SUBFLOW_DESTROY,
+    decode_event, MptcpEvent, PmAddr, PmMessage, CMD_GET_LIMITS, CMD_SET_LIMITS,
+    CMD_SUBFLOW_CREATE, CMD_SUBFLOW_DESTROY,
 };
 
 use crate::netlink::NetlinkError;
@@ -205,10 +206,24 @@ impl Pm {
         local: SocketAddr,
         remote: SocketAddr,
     ) -> Result<(), NetlinkError> {
+        self.subflow_create_on(token, local_id, local, None, remote)
+    }
+
+    /// As [`Pm::subflow_create`], the subflow bound to interface `ifindex` (if given), so
+    /// it leaves by that link whatever the routing tables say.
+    pub fn subflow_create_on(
+        &mut self,
+        token: u32,
+        local_id: u8,
+        local: SocketAddr,
+        ifindex: Option<u32>,
+        remote: SocketAddr,
+    ) -> Result<(), NetlinkError> {
         let l = PmAddr {
             addr: local,
             id: Some(local_id),
             subflow_flag: true,
+            ifindex,
         };
         self.command(
             PmMessage::subflow(CMD_SUBFLOW_CREATE, token, l, remote),
@@ -227,11 +242,34 @@ impl Pm {
             addr: local,
             id: None,
             subflow_flag: false,
+            ifindex: None,
         };
         self.command(
             PmMessage::subflow(CMD_SUBFLOW_DESTROY, token, l, remote),
             &format!("destroy the MPTCP subflow {local} -> {remote} (token {token})"),
         )
+    }
+
+    /// Raises the in-kernel path manager's per-connection subflow limit of this namespace
+    /// to at least `subflows` (the passive side accepts no more joins than that); returns
+    /// the limit in force. Never lowers it.
+    pub fn raise_subflow_limit(&mut self, subflows: u32) -> Result<u32, NetlinkError> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut g = GenlMessage::from_payload(PmMessage::limits(CMD_GET_LIMITS, None));
+        g.set_resolved_family_id(self.family);
+        let replies = exchange(&mut self.sock, self.seq, g, "read the MPTCP limits")?;
+        let (now, add_addrs) = replies
+            .iter()
+            .find_map(|r| r.payload.decode_limits())
+            .unwrap_or((0, 0));
+        if now >= subflows {
+            return Ok(now);
+        }
+        self.command(
+            PmMessage::limits(CMD_SET_LIMITS, Some((subflows, add_addrs))),
+            &format!("raise the MPTCP subflow limit to {subflows}"),
+        )?;
+        Ok(subflows)
     }
 
     /// Subscribes a new, non-blocking socket to the path-manager events.
@@ -330,6 +368,51 @@ pub fn bind_detour_socket(ip: IpAddr) -> io::Result<LinkSocket> {
         }
     }
     Err(last)
+}
+
+/// What `MPTCP_INFO` (`getsockopt(SOL_MPTCP)`) says of an MPTCP socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MptcpInfo {
+    /// The connection's local token (the path manager's handle).
+    pub token: u32,
+    /// Subflows besides the initial one.
+    pub subflows: u8,
+    /// The peer does not speak MPTCP: the connection fell back to plain TCP.
+    pub fallback: bool,
+}
+
+/// Reads `MPTCP_INFO` of an MPTCP socket (`struct mptcp_info`, uapi `linux/mptcp.h`:
+/// `mptcpi_subflows` at byte 0, `mptcpi_flags` at 8, `mptcpi_token` at 12).
+pub fn mptcp_info(fd: BorrowedFd<'_>) -> io::Result<MptcpInfo> {
+    const SOL_MPTCP: libc::c_int = 284;
+    const MPTCP_INFO: libc::c_int = 1;
+    const FLAG_FALLBACK: u32 = 1;
+    let mut buf = [0u8; 64];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is valid for `len` bytes and the kernel writes at most `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            SOL_MPTCP,
+            MPTCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len < 16 {
+        return Err(io::Error::other(
+            "MPTCP_INFO shorter than 16 bytes: kernel too old",
+        ));
+    }
+    let word = |at: usize| u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+    Ok(MptcpInfo {
+        token: word(12),
+        subflows: buf[0],
+        fallback: word(8) & FLAG_FALLBACK != 0,
+    })
 }
 
 /// Reads `net.mptcp.pm_type` (0 in-kernel, 1 userspace) of the calling thread's namespace.

@@ -24,9 +24,15 @@ const VERSION: u8 = 1;
 pub const CMD_SUBFLOW_CREATE: u8 = 10;
 /// `MPTCP_PM_CMD_SUBFLOW_DESTROY`.
 pub const CMD_SUBFLOW_DESTROY: u8 = 11;
+/// `MPTCP_PM_CMD_SET_LIMITS`.
+pub const CMD_SET_LIMITS: u8 = 5;
+/// `MPTCP_PM_CMD_GET_LIMITS`.
+pub const CMD_GET_LIMITS: u8 = 6;
 
 // MPTCP_PM_ATTR_*
 const ATTR_ADDR: u16 = 1;
+const ATTR_RCV_ADD_ADDRS: u16 = 2;
+const ATTR_SUBFLOWS: u16 = 3;
 const ATTR_TOKEN: u16 = 4;
 const ATTR_ADDR_REMOTE: u16 = 6;
 // MPTCP_PM_ADDR_ATTR_*
@@ -36,6 +42,7 @@ const ADDR_ADDR4: u16 = 3;
 const ADDR_ADDR6: u16 = 4;
 const ADDR_PORT: u16 = 5;
 const ADDR_FLAGS: u16 = 6;
+const ADDR_IF_IDX: u16 = 7;
 /// `MPTCP_PM_ADDR_FLAG_SUBFLOW`.
 const FLAG_SUBFLOW: u32 = 1 << 1;
 const NLA_F_NESTED: u16 = 1 << 15;
@@ -129,6 +136,9 @@ pub struct PmAddr {
     pub id: Option<u8>,
     /// Whether to send `FLAGS = SUBFLOW` (local address of a subflow create).
     pub subflow_flag: bool,
+    /// The interface the subflow is bound to (local address of a subflow create), so it
+    /// leaves by that link whatever the routing table says.
+    pub ifindex: Option<u32>,
 }
 
 /// A command to the path manager, or an event from it.
@@ -147,6 +157,7 @@ impl PmMessage {
             addr: remote,
             id: None,
             subflow_flag: false,
+            ifindex: None,
         };
         PmMessage {
             cmd,
@@ -156,6 +167,29 @@ impl PmMessage {
                 nested(ATTR_ADDR_REMOTE, &remote),
             ],
         }
+    }
+
+    /// `GET_LIMITS` (no attributes) or `SET_LIMITS` of the in-kernel path manager: the
+    /// most subflows per connection and ADD_ADDRs accepted.
+    pub fn limits(cmd: u8, limits: Option<(u32, u32)>) -> PmMessage {
+        let nlas = limits.map_or_else(Vec::new, |(subflows, add_addrs)| {
+            vec![
+                DefaultNla::new(ATTR_RCV_ADD_ADDRS, add_addrs.to_ne_bytes().to_vec()),
+                DefaultNla::new(ATTR_SUBFLOWS, subflows.to_ne_bytes().to_vec()),
+            ]
+        });
+        PmMessage { cmd, nlas }
+    }
+
+    /// The (subflows, add_addr_accepted) limits of a `GET_LIMITS` answer.
+    pub fn decode_limits(&self) -> Option<(u32, u32)> {
+        let find = |k| {
+            let nla = self.nlas.iter().find(|n| n.kind() & !NLA_F_NESTED == k)?;
+            let mut v = vec![0u8; nla.value_len()];
+            nla.emit_value(&mut v);
+            ne_u32(&v)
+        };
+        Some((find(ATTR_SUBFLOWS)?, find(ATTR_RCV_ADD_ADDRS)?))
     }
 }
 
@@ -185,6 +219,9 @@ fn nested(kind: u16, a: &PmAddr) -> DefaultNla {
             ADDR_FLAGS,
             FLAG_SUBFLOW.to_ne_bytes().to_vec(),
         ));
+    }
+    if let Some(ix) = a.ifindex {
+        inner.push(DefaultNla::new(ADDR_IF_IDX, ix.to_ne_bytes().to_vec()));
     }
     let mut value = vec![0u8; inner.as_slice().buffer_len()];
     inner.as_slice().emit(&mut value);
@@ -357,6 +394,7 @@ mod tests {
             addr: "10.0.1.2:4321".parse().unwrap(),
             id: Some(3),
             subflow_flag: true,
+            ifindex: None,
         };
         let m = PmMessage::subflow(
             CMD_SUBFLOW_CREATE,

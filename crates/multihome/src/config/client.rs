@@ -81,6 +81,8 @@ pub struct ClientSettings {
     /// The server is resolved (`servers`): then `server_public_key` and the links' server
     /// are placeholders until the first resolution (`daemon/naming.rs`).
     pub naming: Option<super::naming::ClientNaming>,
+    /// Stream mode (`[stream]`): LAN TCP ended here and carried over kernel MPTCP.
+    pub stream: Option<super::stream::StreamSettings>,
 }
 
 /// Default control socket of the client.
@@ -512,6 +514,7 @@ pub(super) fn validate_with(
         kernel_copies: c.kernel_copies,
         hold: parse_hold(src, c.hold_max_mb.as_ref(), c.hold_max_s.as_ref())?,
         naming,
+        stream: super::stream::parse(src, f.stream.as_ref())?,
     })
 }
 

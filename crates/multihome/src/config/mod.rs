@@ -14,6 +14,7 @@ pub mod naming;
 mod raw;
 pub mod reload;
 pub mod server;
+pub mod stream;
 
 pub use client::ClientSettings;
 pub use server::ServerSettings;

@@ -16,6 +16,7 @@ pub struct ClientFile {
     #[serde(default)]
     pub relay: Vec<Spanned<RelaySection>>,
     pub naming: Option<Spanned<ClientNamingSection>>,
+    pub stream: Option<Spanned<super::stream::StreamSection>>,
 }
 
 /// `[naming]` of client.toml (`super::naming`).
@@ -149,6 +150,8 @@ pub struct ServerSection {
     #[serde(default)]
     pub kernel_copies: bool,
     pub redundant_copies: Option<Spanned<u8>>,
+    #[serde(default)]
+    pub stream: bool,
 }
 
 #[derive(Debug, Deserialize)]

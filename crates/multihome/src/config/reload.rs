@@ -233,6 +233,7 @@ fn fixed_keys(
                 "kernel_copies",
                 old.kernel_copies != new.kernel_copies,
             ),
+            ("stream", "stream", old.stream != new.stream),
             ("hold_max_mb/hold_max_s", "hold_max_", old.hold != new.hold),
         ],
     )
@@ -397,6 +398,7 @@ pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, Co
                 "kernel_copies",
                 old.kernel_copies != new.kernel_copies,
             ),
+            ("stream", "stream", old.stream != new.stream),
             (
                 "redundant_copies",
                 "redundant_copies",

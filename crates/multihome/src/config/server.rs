@@ -63,6 +63,8 @@ pub struct ServerSettings {
     /// Kernel fast path for downstream `redundant` copies (nftables `dup`;
     /// `multihome_io::dup_server`).
     pub kernel_copies: bool,
+    /// Stream mode (`stream = true`): an MPTCP listener on `listen`'s address and port.
+    pub stream: bool,
     /// Copies of a downstream `redundant` packet (`redundant_copies`; adaptive if unset).
     pub redundant_copies: Option<u8>,
     /// The resolver and its store (`[naming]`).
@@ -154,6 +156,7 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         peers,
         hold: parse_hold(src, s.hold_max_mb.as_ref(), s.hold_max_s.as_ref())?,
         kernel_copies: s.kernel_copies,
+        stream: s.stream,
         redundant_copies: match &s.redundant_copies {
             Some(c) if *c.get_ref() == 0 => {
                 return Err(src.err(

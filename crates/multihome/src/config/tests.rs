@@ -415,3 +415,37 @@ fn server_relays() {
     assert!(e.fix.contains("720"), "{e}");
     assert_eq!(server_with("mtu = 720\n", &full).unwrap().relays.len(), 8);
 }
+
+#[test]
+fn stream_section_defaults_and_mistakes() {
+    let base = client_src("server = \"10.0.1.1:7000\"\n", LINKS);
+    assert_eq!(client(&base).unwrap().stream, None);
+    let on = client(&(base.clone() + "\n[stream]\nlan = [\"eth1\"]\n")).unwrap();
+    let s = on.stream.unwrap();
+    assert_eq!(s.lan, vec!["eth1".to_string()]);
+    assert_eq!(s.listen_port, stream::DEFAULT_LISTEN_PORT);
+    assert_eq!(s.max_connections, stream::DEFAULT_MAX_CONNECTIONS);
+    for (bad, line, words) in [
+        ("[stream]\n", 17, "lan"),
+        (
+            "[stream]\nlan = [\"eth1\"]\nlisten_port = 0\n",
+            19,
+            "listen_port",
+        ),
+        (
+            "[stream]\nlan = [\"eth1\"]\nmax_connections = 0\n",
+            19,
+            "max_connections",
+        ),
+        ("[stream]\nlan = [\"a/b\"]\n", 18, "interface name"),
+        (
+            "[stream]\nlan = [\"eth1\"]\nport = 1\n",
+            19,
+            "unknown field",
+        ),
+    ] {
+        let e = client(&format!("{base}\n{bad}")).unwrap_err();
+        assert!(e.message.contains(words), "{bad}: {}", e.message);
+        assert_eq!(e.line, line, "{bad}: {e}");
+    }
+}

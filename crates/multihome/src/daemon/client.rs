@@ -61,6 +61,8 @@ async fn run_loop(
     let clock = Clock::new();
     let tun = setup_tun(&s.tun_name, s.mtu, &s.tun_addresses)?;
     add_routes(&s)?;
+    // Removes the interception when dropped, at the end of this function.
+    let stream = super::stream::client::start(&s, &key)?;
     let detours = super::detours::Detours::new(&s, key.clone(), clock.epoch_us, super::os_seed()?);
     let base = client_config(&s, key, &clock);
     let mut client = Client::with_rng_seed(base.clone(), super::os_seed()?);
@@ -102,6 +104,7 @@ async fn run_loop(
         metrics: super::bind_metrics(s.metrics_listen).await?,
         resolver: None,
         live: Some(super::live("client", s.dashboard).await?),
+        stream: stream.as_ref().map(|s| s.stats.clone()),
         ..Services::default()
     };
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");

@@ -76,6 +76,8 @@ pub struct Services {
     /// What runs beside the core and adds to its document: the server's resolver, whose
     /// counters live on its own thread (`super::naming`), under `naming`.
     pub resolver: Option<super::naming::ResolverStatus>,
+    /// Stream mode's counters (its own thread, `super::stream`), under `stream`.
+    pub stream: Option<std::sync::Arc<super::stream::StreamStats>>,
     /// The history of samples and events, and the dashboard if configured.
     pub live: Option<Live>,
     /// Control connections whose request is being read.
@@ -91,6 +93,9 @@ impl Services {
         v["now_us"] = now.as_micros().into();
         if let Some(r) = &self.resolver {
             v["naming"] = r.json();
+        }
+        if let Some(s) = &self.stream {
+            v["stream"] = s.to_json();
         }
         v
     }

@@ -32,6 +32,7 @@ pub mod mptcp;
 pub mod naming;
 pub mod reload;
 pub mod server;
+pub mod stream;
 
 use anyhow::{Context, Result};
 use multihome_io::tun::Tun;

@@ -59,6 +59,14 @@ async fn run_loop(
         None => None,
     };
     let resolver = super::naming::serve(&s, &key)?;
+    let stream = match s.stream {
+        true => {
+            let peers = s.peers.iter().map(|p| p.public_key).collect();
+            let max = super::stream::STREAM_MAX_CONNECTIONS;
+            Some(super::stream::server::start(s.listen, &key, peers, max)?)
+        }
+        false => None,
+    };
     let mut core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
     let relays: Vec<_> = s.relays.iter().map(|r| r.spec()).collect();
     // The config's validation made sure the list can be handed out.
@@ -71,6 +79,7 @@ async fn run_loop(
         metrics: super::bind_metrics(s.metrics_listen).await?,
         resolver,
         live: Some(super::live("server", s.dashboard).await?),
+        stream,
         ..Services::default()
     };
     tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), relays = relays.len(), "server running");

@@ -1,0 +1,300 @@
+//! Stream mode on the client: TCP from the LAN hosts to the tunnel's routes is intercepted
+//! (TPROXY) and each connection carried over its own MPTCP connection to the server.
+//!
+//! Per connection: the first subflow leaves by the first link (config order) whose
+//! interface is up with an address of the server's family, bound to that interface; the
+//! handshake names the original destination; once the server answered (the connection is
+//! then fully established, as the path manager requires) a subflow is added from every
+//! other usable link to that link's server address, bound to its interface. A refusal or
+//! failure resets the LAN host's connection.
+//!
+//! Invariants: the namespace uses the userspace path manager while the client runs (the
+//! previous type is restored on exit); interception is removed on exit ([`ClientStream`]'s
+//! drop); at most `max_connections` connections at once.
+
+use super::intercept::Interception;
+use super::relay::{read_frame, write_frame, Relay};
+use super::{handshake_timestamp, spawn_runtime, StreamStats, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT};
+use crate::config::ClientSettings;
+use anyhow::{bail, Context, Result};
+use multihome_io::mptcp::{mptcp_info, set_pm_type, set_userspace_pm, Pm};
+use multihome_io::netlink::{interface_addresses, link_index, link_is_up};
+use multihome_proto::crypto::{PublicKey, StaticSecret};
+use multihome_proto::stream::handshake::HANDSHAKE_MAX;
+use multihome_proto::stream::{ConnectStatus, StreamInitiator};
+use multihome_race::daemon::attempt::{listeners, reset};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::cell::RefCell;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::timeout;
+
+/// Stream mode running; dropping it removes the interception and restores the path
+/// manager type (the thread ends with the process).
+pub struct ClientStream {
+    /// The counters (status document).
+    pub stats: Arc<StreamStats>,
+    _intercept: Interception,
+    old_pm: u8,
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        if self.old_pm != 1 {
+            let _ = set_pm_type(self.old_pm);
+        }
+    }
+}
+
+/// One link as stream mode uses it.
+#[derive(Clone)]
+struct Link {
+    name: String,
+    interface: String,
+    /// The server's address over this link; the MPTCP port is the same number (TCP).
+    server: SocketAddr,
+}
+
+/// A link usable now: its interface index and local address.
+struct Usable<'a> {
+    link: &'a Link,
+    ifindex: u32,
+    local: IpAddr,
+}
+
+struct Ctx {
+    links: Vec<Link>,
+    key: StaticSecret,
+    server_key: PublicKey,
+    stats: Arc<StreamStats>,
+    last_ts: AtomicU64,
+    pm: RefCell<Pm>,
+    fallback_logged: std::cell::Cell<bool>,
+}
+
+/// Starts stream mode if `[stream]` is configured.
+pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStream>> {
+    let Some(cfg) = s.stream.clone() else {
+        return Ok(None);
+    };
+    if s.naming.is_some() {
+        bail!("[stream] needs the server's address and key in the file: it cannot be used with servers = \"resolve\"");
+    }
+    let pm = Pm::open().context("stream mode needs kernel MPTCP (net.mptcp.enabled = 1)")?;
+    let old_pm = set_userspace_pm().context("switching to the userspace MPTCP path manager")?;
+    let intercept = Interception::install(&cfg.lan, &s.routes, cfg.listen_port, cfg.table)?;
+    let stats = Arc::new(StreamStats::default());
+    let links = s
+        .links
+        .iter()
+        .map(|l| Link {
+            name: l.name.clone(),
+            interface: l.interface.clone(),
+            server: l.server,
+        })
+        .collect();
+    let (key, server_key, st) = (key.clone(), s.server_public_key, stats.clone());
+    let max = cfg.max_connections as usize;
+    let port = cfg.listen_port;
+    spawn_runtime("stream-client", move || async move {
+        let ctx = Rc::new(Ctx {
+            links,
+            key,
+            server_key,
+            stats: st,
+            last_ts: AtomicU64::new(0),
+            pm: RefCell::new(pm),
+            fallback_logged: Default::default(),
+        });
+        accept_loop(ctx, port, max).await
+    })?;
+    tracing::info!(lan = ?cfg.lan, port, "stream mode: LAN TCP to the routes is carried over MPTCP");
+    Ok(Some(ClientStream {
+        stats,
+        _intercept: intercept,
+        old_pm,
+    }))
+}
+
+async fn accept_loop(ctx: Rc<Ctx>, port: u16, max: usize) -> Result<()> {
+    let listeners = listeners(port).context("opening the stream-mode transparent listener")?;
+    let slots = Arc::new(Semaphore::new(max));
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<TcpStream>(64);
+    for l in listeners {
+        let tx = tx.clone();
+        tokio::task::spawn_local(async move {
+            while let Ok((s, _)) = l.accept().await {
+                if tx.send(s).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    while let Some(lan) = rx.recv().await {
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            ctx.stats.over_limit.fetch_add(1, Relaxed);
+            reset(lan);
+            continue;
+        };
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            serve(&ctx, lan).await;
+            drop(permit);
+        });
+    }
+    Ok(())
+}
+
+/// Carries one LAN connection to its end.
+async fn serve(ctx: &Ctx, lan: TcpStream) {
+    let Ok(target) = lan.local_addr() else { return };
+    let _ = lan.set_nodelay(true);
+    match open(ctx, target).await {
+        Ok((ConnectStatus::Connected, enc, sealer, opener)) => {
+            ctx.stats.connected.fetch_add(1, Relaxed);
+            ctx.stats.active.fetch_add(1, Relaxed);
+            let relay = Relay {
+                stats: &ctx.stats,
+                plain_is_lan: true,
+            };
+            ctx.stats.ended(relay.run(lan, enc, sealer, opener).await);
+        }
+        Ok((status, ..)) => {
+            tracing::debug!(%target, ?status, "stream: destination did not connect");
+            ctx.stats.refused.fetch_add(1, Relaxed);
+            reset(lan);
+        }
+        Err(e) => {
+            tracing::warn!(%target, "stream: {e:#}");
+            ctx.stats.failed.fetch_add(1, Relaxed);
+            reset(lan);
+        }
+    }
+}
+
+type Opened = (
+    ConnectStatus,
+    TcpStream,
+    multihome_proto::stream::RecordSealer,
+    multihome_proto::stream::RecordOpener,
+);
+
+/// The MPTCP connection and its handshake; subflows once the server answered.
+async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
+    let usable = usable_links(&ctx.links);
+    let first = usable
+        .first()
+        .context("no link is usable (up with an address)")?;
+    let mut enc = connect(first).await?;
+    let _ = enc.set_nodelay(true);
+    let ts = handshake_timestamp(&ctx.last_ts);
+    let mut m1 = [0u8; HANDSHAKE_MAX];
+    let seed = multihome_runtime::os_seed()?;
+    let (init, n) = StreamInitiator::start(&ctx.key, &ctx.server_key, seed, ts, target, &mut m1)?;
+    write_frame(&mut enc, &m1[..n]).await?;
+    let mut m2 = [0u8; HANDSHAKE_MAX];
+    let len = timeout(HANDSHAKE_TIMEOUT, read_frame(&mut enc, &mut m2))
+        .await
+        .context("no answer from the server")?
+        .context("reading the server's answer")?;
+    let (status, sealer, opener) = init.finish(&m2[..len])?;
+    if status == ConnectStatus::Connected {
+        add_subflows(ctx, &enc, &usable[1..]);
+    }
+    Ok((status, enc, sealer, opener))
+}
+
+/// The first subflow: an MPTCP socket bound to the link's interface and address.
+async fn connect(l: &Usable<'_>) -> Result<TcpStream> {
+    let dst = l.link.server;
+    let sock = Socket::new(
+        Domain::for_address(dst),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::MPTCP),
+    )
+    .context("opening an MPTCP socket (is net.mptcp.enabled = 1?)")?;
+    sock.bind_device(Some(l.link.interface.as_bytes()))?;
+    sock.bind(&SocketAddr::new(l.local, 0).into())?;
+    let _ = sock.set_keepalive(true);
+    let tcp = TcpSocket::from_std_stream(sock.into());
+    timeout(CONNECT_TIMEOUT, tcp.connect(dst))
+        .await
+        .with_context(|| format!("connecting to {dst} over link {}: timed out", l.link.name))?
+        .with_context(|| format!("connecting to {dst} over link {}", l.link.name))
+}
+
+/// One subflow per other usable link (local address id = link index + 1).
+fn add_subflows(ctx: &Ctx, enc: &TcpStream, others: &[Usable<'_>]) {
+    let info = match mptcp_info(enc.as_fd()) {
+        Ok(i) if !i.fallback => i,
+        Ok(_) => {
+            if !ctx.fallback_logged.replace(true) {
+                tracing::warn!(
+                    "stream: the server answered in plain TCP (no MPTCP there): one link only"
+                );
+            }
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("stream: reading MPTCP_INFO: {e}");
+            return;
+        }
+    };
+    for (i, l) in others.iter().enumerate() {
+        let id = ctx
+            .links
+            .iter()
+            .position(|x| x.name == l.link.name)
+            .unwrap_or(i) as u8
+            + 1;
+        let local = SocketAddr::new(l.local, 0);
+        let res = ctx.pm.borrow_mut().subflow_create_on(
+            info.token,
+            id,
+            local,
+            Some(l.ifindex),
+            l.link.server,
+        );
+        match res {
+            Ok(()) => {
+                ctx.stats.subflows.fetch_add(1, Relaxed);
+            }
+            Err(e) => tracing::warn!(link = %l.link.name, "stream: adding a subflow: {e}"),
+        }
+    }
+}
+
+/// Links whose interface is up with an address of the server's family (not link-local).
+fn usable_links(links: &[Link]) -> Vec<Usable<'_>> {
+    links
+        .iter()
+        .filter_map(|link| {
+            if !link_is_up(&link.interface).unwrap_or(false) {
+                return None;
+            }
+            let ifindex = link_index(&link.interface).ok()?;
+            let local = interface_addresses(&link.interface)
+                .ok()?
+                .into_iter()
+                .map(|n| n.addr())
+                .find(|a| a.is_ipv4() == link.server.is_ipv4() && !is_link_local(a))?;
+            Some(Usable {
+                link,
+                ifindex,
+                local,
+            })
+        })
+        .collect()
+}
+
+fn is_link_local(a: &IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}

@@ -1,0 +1,159 @@
+"""End-to-end tests of stream mode (docs/STREAM.md): the client ends the LAN host's TCP
+(TPROXY) and carries it over kernel MPTCP, a subflow per link, to the server, which opens
+the connection to the origin.
+
+Bounds come from the links: two tbf links of FAST and SLOW Mbit/s. One MPTCP subflow carries
+at most (1500 - 52 - 20) / 1514 of its link rate as application bytes (IPv4 + TCP with
+timestamps 52, the DSS option's 20, Ethernet 14), so the first link alone gives at most
+FAST * 0.943; more than 1.1 times that proves the second link carried its share.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.mptcp import counters as mptcp_counters
+from lab.netns import Lab, Proc
+from lab.topology import ORIGIN, LinkSpec, Topology
+
+FAST, SLOW = 100.0, 50.0
+SUBFLOW_EFFICIENCY = (1500 - 52 - 20) / 1514
+PORT = 9400
+
+# A one-connection TCP server in the origin; MODE says what it does with the connection.
+SERVER = textwrap.dedent(
+    """
+    import hashlib, socket, struct, sys
+    mode = sys.argv[1]
+    ls = socket.create_server(("0.0.0.0", int(sys.argv[2])))
+    print("LISTENING", flush=True)
+    c, _ = ls.accept()
+    if mode == "echo-sha":  # read to EOF, answer with the SHA-256 of what came, close
+        h, n = hashlib.sha256(), 0
+        while d := c.recv(65536):
+            h.update(d); n += len(d)
+        c.sendall(f"{h.hexdigest()} {n}".encode()); c.close()
+    elif mode == "reset":  # read 5 bytes, then reset
+        c.recv(5)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)); c.close()
+    elif mode == "expect-reset":  # wait for the client's reset
+        try:
+            while c.recv(65536):
+                pass
+            print("EOF", flush=True)
+        except ConnectionResetError:
+            print("RESET", flush=True)
+    """
+)
+
+# The LAN host's side, MODE as above; prints what the application saw.
+CLIENT = textwrap.dedent(
+    """
+    import hashlib, os, socket, struct, sys
+    mode = sys.argv[1]
+    s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=10)
+    if mode == "echo-sha":
+        data = os.urandom(3 << 20)
+        s.sendall(data); s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while d := s.recv(65536):
+            answer += d
+        ok = answer.decode() == f"{hashlib.sha256(data).hexdigest()} {len(data)}"
+        print("HALFCLOSE-OK" if ok else "HALFCLOSE-BAD " + answer.decode(), flush=True)
+    elif mode == "expect-reset":
+        s.sendall(b"hello")
+        try:
+            print("EOF" if s.recv(100) == b"" else "DATA", flush=True)
+        except ConnectionResetError:
+            print("RESET", flush=True)
+    elif mode == "reset":
+        s.sendall(b"hello")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)); s.close()
+        print("SENT-RESET", flush=True)
+    """
+)
+
+
+@pytest.fixture
+def stream_topo(lab: Lab, multihome_bin: Path) -> Iterator[Topology]:
+    topo = Topology(
+        lab,
+        [LinkSpec("fast", rate_mbit=FAST), LinkSpec("slow", rate_mbit=SLOW)],
+        binary=multihome_bin,
+        client_sections={"stream": {"lan": ["lan0"]}},
+        server_extra={"stream": True},
+    )
+    topo.start()
+    yield topo
+
+
+def origin_server(topo: Topology, mode: str) -> Proc:
+    proc = topo.org.spawn(["python3", "-c", SERVER, mode, str(PORT)], f"stream-srv-{mode}")
+    deadline = time.monotonic() + 10
+    while "LISTENING" not in proc.output():
+        assert proc.alive() and time.monotonic() < deadline, proc.tail()
+        time.sleep(0.05)
+    return proc
+
+
+def lan_client(topo: Topology, mode: str) -> str:
+    return topo.lan.run(
+        ["python3", "-c", CLIENT, mode, ORIGIN, str(PORT)], timeout=30
+    ).stdout.strip()
+
+
+def stream_status(topo: Topology, side: str) -> dict:
+    return topo.status(side)["stream"]
+
+
+def test_a_200_mib_transfer_arrives_intact_over_both_links(stream_topo: Topology) -> None:
+    before = mptcp_counters(stream_topo.srv)
+    result = stream_topo.transfer(200, "cubic").wait(timeout=120)
+    assert result.received_sha256 == result.expected_sha256, "bytes corrupted or lost"
+    after = mptcp_counters(stream_topo.srv)
+    joins = after.get("MPJoinAckRx", 0) - before.get("MPJoinAckRx", 0)
+    assert joins >= 1, "the server saw no subflow join: one link only"
+    one_link = FAST * SUBFLOW_EFFICIENCY
+    assert result.mbps > 1.1 * one_link, (
+        f"{result.mbps:.1f} Mbit/s is not above 1.1 x the first link alone ({one_link:.1f})"
+    )
+    cli = stream_status(stream_topo, "client")
+    assert cli["closed"] >= 1 and cli["reset"] == 0 and cli["subflows"] >= 1, cli
+    assert cli["bytes_up"] >= 200 << 20, cli
+
+
+def test_half_close_carries_the_answer_after_the_end_of_the_request(
+    stream_topo: Topology,
+) -> None:
+    srv = origin_server(stream_topo, "echo-sha")
+    assert lan_client(stream_topo, "echo-sha") == "HALFCLOSE-OK"
+    srv.wait(10)
+
+
+def test_a_reset_by_the_origin_reaches_the_application(stream_topo: Topology) -> None:
+    srv = origin_server(stream_topo, "reset")
+    assert lan_client(stream_topo, "expect-reset") == "RESET"
+    srv.wait(10)
+    assert stream_status(stream_topo, "client")["reset"] == 1
+
+
+def test_a_reset_by_the_application_reaches_the_origin(stream_topo: Topology) -> None:
+    srv = origin_server(stream_topo, "expect-reset")
+    assert lan_client(stream_topo, "reset") == "SENT-RESET"
+    srv.wait(10)
+    assert "RESET" in srv.output()
+
+
+def test_a_refused_destination_is_not_connected_for_the_application(
+    stream_topo: Topology,
+) -> None:
+    # Nothing listens on the origin's port: the server's connect is refused.
+    out = lan_client(stream_topo, "expect-reset")
+    assert out == "RESET"
+    st = stream_status(stream_topo, "client")
+    assert st["refused"] == 1 and st["connected"] == 0, st
