@@ -20,6 +20,7 @@ from lab.bench.common import plt  # the Agg backend, selected there
 COLORS = {
     "multihome-earliest": "tab:blue",
     "multihome-weighted": "tab:cyan",
+    "stream": "tab:green",
     "mptcp": "tab:orange",
     "tcp:0": "tab:grey",
     "tcp:1": "silver",

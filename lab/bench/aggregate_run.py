@@ -65,6 +65,14 @@ def label(system: str, scheduler: str | None = None) -> str:
     return f"multihome-{scheduler}" if system == "multihome" else system
 
 
+def enable_stream(topo: Topology) -> None:
+    """Run the daemons with stream mode on (before they start): the ``stream`` system's
+    connections, from the LAN host, are carried over MPTCP by the daemons; the others are
+    not affected."""
+    topo.client_sections["stream"] = {"lan": ["lan0"]}
+    topo.server_extra["stream"] = True
+
+
 def set_scheduler(topo: Topology, scheduler: str) -> None:
     """(Re)start both daemons with the client's ``aggregate_scheduler`` set to ``scheduler``."""
     topo.reconfigure(client_extra={"aggregate_scheduler": scheduler})
@@ -172,6 +180,36 @@ def measure(
     """
     if system == "multihome":
         set_scheduler(topo, scheduler or "earliest")
+    # Stream mode switches the client's namespace to the userspace path manager; kernel
+    # MPTCP's own subflows need the in-kernel one while it is measured.
+    pm_swap = system == "mptcp" and "stream" in topo.client_sections
+    if pm_swap:
+        topo.cli.sysctl("net.mptcp.pm_type", 0)
+    try:
+        return _measure(
+            topo,
+            system,
+            seconds=seconds,
+            port=port,
+            scheduler=scheduler,
+            cc=cc,
+            on_connect=on_connect,
+        )
+    finally:
+        if pm_swap:
+            topo.cli.sysctl("net.mptcp.pm_type", 1)
+
+
+def _measure(
+    topo: Topology,
+    system: str,
+    *,
+    seconds: float,
+    port: int,
+    scheduler: str | None,
+    cc: str,
+    on_connect: Callable[[], None] | None,
+) -> dict:
     target = ping_target(system)
     try:
         idle = ping_rtts_ms(topo.cli, target, count=IDLE_PINGS, interval=PING_INTERVAL_S)

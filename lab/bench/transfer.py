@@ -2,7 +2,9 @@
 
 Role: run :mod:`lab.tools.bidixfer` (server on ``srv``, client on ``cli``) either through the
 tunnel (tunnel addresses, plain TCP), as kernel MPTCP (link 0's server address, the kernel
-adds the other subflows) or as plain TCP over one link alone (``tcp:<i>``), and return both
+adds the other subflows), as plain TCP over one link alone (``tcp:<i>``), or through
+multihome's stream mode (``stream``: client on the LAN host, server on the origin, so the
+client daemon intercepts it; the topology must run with stream mode on), and return both
 ends' results plus what each emulated link carried in each direction during the run
 (linkem's ``delivered`` counters).
 
@@ -16,10 +18,10 @@ import contextlib
 
 from lab.mptcp import counters, joined
 from lab.netns import LabError, tool_cmd
-from lab.topology import TUN_SERVER, Topology, link_ip
+from lab.topology import ORIGIN, TUN_SERVER, Topology, link_ip
 from lab.traffic import parse_result, wait_listening
 
-SYSTEMS = ("multihome", "mptcp")
+SYSTEMS = ("multihome", "mptcp", "stream")
 
 
 def _delivered(topo: Topology) -> dict[str, dict[str, int]]:
@@ -49,7 +51,10 @@ def run_transfer(
     ``client_close_after``: the client half-closes no earlier than this (a kernel MPTCP
     download: the server refuses joins once the client's DATA_FIN arrived)."""
     mptcp = system == "mptcp"
-    if system.startswith("tcp:"):
+    client_ns, server_ns = topo.cli, topo.srv
+    if system == "stream":
+        client_ns, server_ns, addr = topo.lan, topo.org, ORIGIN
+    elif system.startswith("tcp:"):
         # Plain TCP over one link alone, no tunnel: the single-path baseline.
         addr = link_ip(int(system[4:]), "srv")
     elif system in SYSTEMS:
@@ -72,9 +77,9 @@ def run_transfer(
         cli_args += ["--close-after", f"{client_close_after:g}"]
     before = _delivered(topo)
     mp_before = counters(topo.srv) if mptcp else {}
-    server = topo.srv.spawn(tool_cmd("bidixfer", "server", *common, *srv_args), f"bx{port}")
+    server = server_ns.spawn(tool_cmd("bidixfer", "server", *common, *srv_args), f"bx{port}")
     wait_listening(server)
-    client = topo.cli.spawn(
+    client = client_ns.spawn(
         tool_cmd(
             "bidixfer",
             "client",
