@@ -56,7 +56,11 @@ CLIENT = textwrap.dedent(
     """
     import hashlib, os, socket, struct, sys
     mode = sys.argv[1]
-    s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=10)
+    try:
+        s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=10)
+    except ConnectionRefusedError:
+        print("REFUSED", flush=True)
+        sys.exit(0)
     if mode == "echo-sha":
         data = os.urandom(3 << 20)
         s.sendall(data); s.shutdown(socket.SHUT_WR)
@@ -149,11 +153,10 @@ def test_a_reset_by_the_application_reaches_the_origin(stream_topo: Topology) ->
     assert "RESET" in srv.output()
 
 
-def test_a_refused_destination_is_not_connected_for_the_application(
-    stream_topo: Topology,
-) -> None:
-    # Nothing listens on the origin's port: the server's connect is refused.
+def test_a_refused_destination_is_refused_for_the_application(stream_topo: Topology) -> None:
+    # Nothing listens on the origin's port: the server's connect is refused, and the held
+    # SYN is answered with a reset, so the application's connect() itself fails.
     out = lan_client(stream_topo, "expect-reset")
-    assert out == "RESET"
+    assert out == "REFUSED"
     st = stream_status(stream_topo, "client")
     assert st["refused"] == 1 and st["connected"] == 0, st

@@ -16,6 +16,8 @@ use toml::Spanned;
 pub const DEFAULT_LISTEN_PORT: u16 = 7070;
 /// Default routing table (and `ip rule` preference) of the TPROXY'd connections.
 pub const DEFAULT_TABLE: u32 = 7070;
+/// Default netfilter queue of the held SYNs.
+pub const DEFAULT_QUEUE_NUM: u16 = 7070;
 /// Default most stream connections at once (per client, and per server).
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 4096;
 const MAX_LAN: usize = 16;
@@ -29,6 +31,8 @@ pub struct StreamSection {
     listen_port: Option<Spanned<u16>>,
     table: Option<Spanned<u32>>,
     max_connections: Option<Spanned<u32>>,
+    hold_syns: Option<bool>,
+    queue_num: Option<Spanned<u16>>,
 }
 
 /// Stream mode of the client.
@@ -42,6 +46,9 @@ pub struct StreamSettings {
     pub table: u32,
     /// Most connections at once; more are reset.
     pub max_connections: u32,
+    /// Hold each SYN in netfilter queue `queue_num` until the server answered, so a refusal
+    /// reaches the application as a refused connect (`None`: accept at once).
+    pub hold_syns: Option<u16>,
 }
 
 /// Validates `[stream]`.
@@ -94,5 +101,10 @@ pub fn parse(
             "max_connections",
             65_536,
         )?,
+        hold_syns: match (s.hold_syns.unwrap_or(true), &s.queue_num) {
+            (false, _) => None,
+            (true, None) => Some(DEFAULT_QUEUE_NUM),
+            (true, Some(q)) => Some(*q.get_ref()),
+        },
     }))
 }

@@ -425,6 +425,10 @@ fn stream_section_defaults_and_mistakes() {
     assert_eq!(s.lan, vec!["eth1".to_string()]);
     assert_eq!(s.listen_port, stream::DEFAULT_LISTEN_PORT);
     assert_eq!(s.max_connections, stream::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(s.hold_syns, Some(stream::DEFAULT_QUEUE_NUM));
+    let off =
+        client(&(base.clone() + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\n")).unwrap();
+    assert_eq!(off.stream.unwrap().hold_syns, None);
     for (bad, line, words) in [
         ("[stream]\n", 17, "lan"),
         (

@@ -12,6 +12,7 @@
 //! previous type is restored on exit); interception is removed on exit ([`ClientStream`]'s
 //! drop); at most `max_connections` connections at once.
 
+use super::held::Held;
 use super::intercept::Interception;
 use super::relay::{read_frame, write_frame, Relay};
 use super::{handshake_timestamp, spawn_runtime, StreamStats, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT};
@@ -22,6 +23,7 @@ use multihome_io::netlink::{interface_addresses, link_index, link_is_up};
 use multihome_proto::crypto::{PublicKey, StaticSecret};
 use multihome_proto::stream::handshake::HANDSHAKE_MAX;
 use multihome_proto::stream::{ConnectStatus, StreamInitiator};
+use multihome_race::core::Flow;
 use multihome_race::daemon::attempt::{listeners, reset};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::RefCell;
@@ -67,14 +69,18 @@ struct Usable<'a> {
     local: IpAddr,
 }
 
-struct Ctx {
+/// What every connection's task shares.
+pub struct Ctx {
     links: Vec<Link>,
     key: StaticSecret,
     server_key: PublicKey,
-    stats: Arc<StreamStats>,
     last_ts: AtomicU64,
     pm: RefCell<Pm>,
     fallback_logged: std::cell::Cell<bool>,
+    /// The counters.
+    pub stats: Arc<StreamStats>,
+    /// Held SYNs (`hold_syns`).
+    pub held: Option<Held>,
 }
 
 /// Starts stream mode if `[stream]` is configured.
@@ -87,7 +93,13 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
     }
     let pm = Pm::open().context("stream mode needs kernel MPTCP (net.mptcp.enabled = 1)")?;
     let old_pm = set_userspace_pm().context("switching to the userspace MPTCP path manager")?;
-    let intercept = Interception::install(&cfg.lan, &s.routes, cfg.listen_port, cfg.table)?;
+    let intercept = Interception::install(
+        &cfg.lan,
+        &s.routes,
+        cfg.listen_port,
+        cfg.table,
+        cfg.hold_syns,
+    )?;
     let stats = Arc::new(StreamStats::default());
     let links = s
         .links
@@ -101,7 +113,9 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
     let (key, server_key, st) = (key.clone(), s.server_public_key, stats.clone());
     let max = cfg.max_connections as usize;
     let port = cfg.listen_port;
+    let queue = cfg.hold_syns;
     spawn_runtime("stream-client", move || async move {
+        let held = queue.map(|q| Held::bind(q, max)).transpose()?;
         let ctx = Rc::new(Ctx {
             links,
             key,
@@ -110,7 +124,9 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
             last_ts: AtomicU64::new(0),
             pm: RefCell::new(pm),
             fallback_logged: Default::default(),
+            held,
         });
+        tokio::task::spawn_local(super::held::queue_loop(ctx.clone()));
         accept_loop(ctx, port, max).await
     })?;
     tracing::info!(lan = ?cfg.lan, port, "stream mode: LAN TCP to the routes is carried over MPTCP");
@@ -124,18 +140,20 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
 async fn accept_loop(ctx: Rc<Ctx>, port: u16, max: usize) -> Result<()> {
     let listeners = listeners(port).context("opening the stream-mode transparent listener")?;
     let slots = Arc::new(Semaphore::new(max));
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<TcpStream>(64);
+    // The peer address as accept(2) gave it: getpeername fails on a connection the
+    // application reset before we accepted it, whose held stream must still be found.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(TcpStream, SocketAddr)>(64);
     for l in listeners {
         let tx = tx.clone();
         tokio::task::spawn_local(async move {
-            while let Ok((s, _)) = l.accept().await {
-                if tx.send(s).await.is_err() {
+            while let Ok(accepted) = l.accept().await {
+                if tx.send(accepted).await.is_err() {
                     break;
                 }
             }
         });
     }
-    while let Some(lan) = rx.recv().await {
+    while let Some((lan, client)) = rx.recv().await {
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             ctx.stats.over_limit.fetch_add(1, Relaxed);
             reset(lan);
@@ -143,18 +161,28 @@ async fn accept_loop(ctx: Rc<Ctx>, port: u16, max: usize) -> Result<()> {
         };
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
-            serve(&ctx, lan).await;
+            serve(&ctx, lan, client).await;
             drop(permit);
         });
     }
     Ok(())
 }
 
-/// Carries one LAN connection to its end.
-async fn serve(ctx: &Ctx, lan: TcpStream) {
+/// Carries one LAN connection to its end: with its stream opened while its SYN was held,
+/// or opened now.
+async fn serve(ctx: &Ctx, lan: TcpStream, client: SocketAddr) {
     let Ok(target) = lan.local_addr() else { return };
     let _ = lan.set_nodelay(true);
-    match open(ctx, target).await {
+    let flow = Flow {
+        client,
+        dst: target,
+    };
+    let claimed = ctx.held.as_ref().and_then(|h| h.claim(flow));
+    let opened = match claimed {
+        Some(o) => Ok(o),
+        None => open(ctx, target).await,
+    };
+    match opened {
         Ok((ConnectStatus::Connected, enc, sealer, opener)) => {
             ctx.stats.connected.fetch_add(1, Relaxed);
             ctx.stats.active.fetch_add(1, Relaxed);
@@ -177,7 +205,8 @@ async fn serve(ctx: &Ctx, lan: TcpStream) {
     }
 }
 
-type Opened = (
+/// A stream's outcome, its MPTCP connection and record keys.
+pub type Opened = (
     ConnectStatus,
     TcpStream,
     multihome_proto::stream::RecordSealer,
@@ -185,7 +214,7 @@ type Opened = (
 );
 
 /// The MPTCP connection and its handshake; subflows once the server answered.
-async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
+pub async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
     let usable = usable_links(&ctx.links);
     let first = usable
         .first()

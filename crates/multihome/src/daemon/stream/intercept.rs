@@ -5,6 +5,12 @@
 //! too (`socket transparent`); `ip rule fwmark MARK lookup TABLE` routes marked packets to
 //! `local default dev lo`. The same scheme as the racing gateway's (`race` setup).
 //!
+//! With held SYNs, an iptables rule (mangle PREROUTING, before the nftables chain) queues
+//! each new connection's SYN from `lan` to the routes to NFQUEUE `queue` (`--queue-bypass`:
+//! unqueued while no daemon is bound). The daemon's verdict lets it continue to TPROXY, or
+//! marks it [`REFUSE_MARK`], which the chain answers with `reject with tcp reset`: the
+//! application's connect() fails with ECONNREFUSED.
+//!
 //! Invariants: everything lives in one nftables table of our own ([`TABLE`], replaced
 //! atomically if a crashed daemon left it) and in one rule and routing table per family
 //! numbered `table`; [`Interception`]'s drop removes exactly those.
@@ -18,13 +24,16 @@ use std::process::{Command, Stdio};
 pub const TABLE: &str = "multihome_stream";
 /// Packet mark bit of diverted packets (apart from the racing gateway's bits).
 pub const MARK: u32 = 0x0080_0000;
+/// Packet mark bit of a held SYN the daemon refuses: the chain resets it.
+pub const REFUSE_MARK: u32 = 0x1000_0000;
 
 /// The ruleset: TCP from `lan` to `routes` goes to the listener on `port`.
 pub fn ruleset(lan: &[String], routes: &[IpNet], port: u16) -> String {
     let names: Vec<String> = lan.iter().map(|n| format!("\"{n}\"")).collect();
     let lan = format!("iifname {{ {} }}", names.join(", "));
     let mut divert = format!(
-        "\t\t{lan} meta l4proto tcp socket transparent 1 meta mark set meta mark | {MARK:#x} accept\n"
+        "\t\t{lan} meta mark & {REFUSE_MARK:#x} == {REFUSE_MARK:#x} reject with tcp reset\n\
+         \t\t{lan} meta l4proto tcp socket transparent 1 meta mark set meta mark | {MARK:#x} accept\n"
     );
     for (fam, v6) in [("ip", false), ("ip6", true)] {
         let nets: Vec<String> = routes
@@ -58,7 +67,13 @@ pub struct Interception {
 impl Interception {
     /// Installs routing of marked packets to the host (per family with routes) and the
     /// nftables table. On an error, what was installed so far is removed.
-    pub fn install(lan: &[String], routes: &[IpNet], port: u16, table: u32) -> Result<Self> {
+    pub fn install(
+        lan: &[String],
+        routes: &[IpNet],
+        port: u16,
+        table: u32,
+        queue: Option<u16>,
+    ) -> Result<Self> {
         let mut me = Interception { undo: Vec::new() };
         let t = table.to_string();
         let mark = format!("{MARK:#x}/{MARK:#x}");
@@ -89,6 +104,22 @@ impl Interception {
             "inet".into(),
             TABLE.into(),
         ]);
+        // Last, so the chain that acts on the verdicts exists before any SYN is queued.
+        if let Some(q) = queue {
+            for rule in queue_rules(lan, routes, q) {
+                let undo: Vec<String> = rule
+                    .iter()
+                    .map(|a| if a == "-A" { "-D".into() } else { a.clone() })
+                    .collect();
+                let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
+                let undo: Vec<&str> = undo.iter().map(String::as_str).collect();
+                // A rule left by a killed daemon would be duplicated: remove it first.
+                while run(&undo).is_ok() {}
+                me.run_undoable(&rule, &undo).context(
+                    "queueing SYNs needs iptables with the NFQUEUE target; or set hold_syns = false",
+                )?;
+            }
+        }
         Ok(me)
     }
 
@@ -108,6 +139,51 @@ impl Drop for Interception {
             }
         }
     }
+}
+
+/// The iptables/ip6tables commands that queue new connections' SYNs from `lan` to
+/// `routes` to queue `q`.
+pub fn queue_rules(lan: &[String], routes: &[IpNet], q: u16) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for l in lan {
+        for r in routes {
+            let tool = if matches!(r, IpNet::V6(_)) {
+                "ip6tables"
+            } else {
+                "iptables"
+            };
+            let rule = [
+                tool,
+                "-w",
+                "-t",
+                "mangle",
+                "-A",
+                "PREROUTING",
+                "-i",
+                l,
+                "-d",
+                &r.trunc().to_string(),
+                "-p",
+                "tcp",
+                "--syn",
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "NEW",
+                "-m",
+                "comment",
+                "--comment",
+                TABLE,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &q.to_string(),
+                "--queue-bypass",
+            ];
+            out.push(rule.iter().map(|s| s.to_string()).collect());
+        }
+    }
+    out
 }
 
 fn run(cmd: &[&str]) -> Result<()> {
@@ -155,6 +231,13 @@ mod tests {
             "2001:db8::/64".parse().unwrap(),
         ];
         let r = ruleset(&["lan0".into()], &routes, 7070);
+        assert!(r.contains("meta mark & 0x10000000 == 0x10000000 reject with tcp reset"));
+        let q = queue_rules(&["lan0".into()], &routes, 9);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q[1][0], "ip6tables");
+        assert!(q[0]
+            .join(" ")
+            .contains("-i lan0 -d 10.50.0.0/24 -p tcp --syn"));
         assert!(r.contains(
             "iifname { \"lan0\" } ip daddr { 10.50.0.0/24 } meta l4proto tcp tproxy ip to :7070"
         ));

@@ -17,6 +17,7 @@
 //! server; every wait has a timeout; the wire protocol is `multihome_proto::stream`.
 
 pub mod client;
+pub mod held;
 pub mod intercept;
 pub mod relay;
 pub mod server;
