@@ -127,6 +127,11 @@ def main() -> int:
     parser.add_argument("--skip-lab", action="store_true", help="handoff-voice: the simulator only")
     parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
     parser.add_argument(
+        "--tag",
+        help="aggregate: file a partial run as bench/results/aggregate-TAG.json (a named "
+        "result kept beside the suite's, e.g. one case with more runs)",
+    )
+    parser.add_argument(
         "--no-mptcp", action="store_true", help="cellular-drive: leave kernel MPTCP's run out"
     )
     parser.add_argument(
@@ -183,7 +188,7 @@ def main() -> int:
         elif suite == "overhead":
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
-            aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases)
+            aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases, tag=args.tag)
         elif suite == "realtime-media":
             realtime_media.main(seconds=args.seconds, only=args.cases)
         elif suite == "detours":

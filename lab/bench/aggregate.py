@@ -332,7 +332,12 @@ def table(results: list[dict]) -> None:
             )
 
 
-def main(runs: int | None = None, seconds: float | None = None, only: list[str] | None = None):
+def main(
+    runs: int | None = None,
+    seconds: float | None = None,
+    only: list[str] | None = None,
+    tag: str | None = None,
+):
     """Run the fixed cases and the trace pairs (``only``: names, or ``fixed`` / ``traces``)."""
     sc = load("aggregate")
     b = sc.bench
@@ -371,7 +376,8 @@ def main(runs: int | None = None, seconds: float | None = None, only: list[str] 
         "traces": traces,
         "skipped": skipped,
     }
-    save("aggregate-quick" if quick else "aggregate", data, plot(results, traces))
+    name = f"aggregate-{tag}" if tag else "aggregate-quick" if quick else "aggregate"
+    save(name, data, plot(results, traces))
     print(
         "\nratio = goodput / summed rate; /ceil = over the header ceiling; /best, /sum1 = over "
         "the best single link, the sum of single links (same run); ping medians in ms"

@@ -59,7 +59,12 @@ COMMANDS = {
     "failover": f"{PY} -m lab.bench failover",
     "aggregate": f"{PY} -m lab.bench aggregate",
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
-    "aggregate-bursty": f"{PY} -m lab.bench aggregate --cases 30+20+10-bursty --seconds 20",
+    "aggregate-bursty": f"{PY} -m lab.bench aggregate --cases 30+20+10-bursty --seconds 20 "
+    "--tag bursty",
+    "aggregate-stream-fixed": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20 "
+    "--tag stream-fixed",
+    "aggregate-stream-traces": f"{PY} -m lab.bench aggregate --cases traces --runs 3 "
+    "--seconds 20 --tag stream-traces",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
     "cellular-drive": f"{PY} -m lab.bench cellular-drive",
