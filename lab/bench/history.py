@@ -247,10 +247,13 @@ def _table_quic(rs: list[dict]) -> list[str]:
 
 
 def _table_aggregate(rs: list[dict]) -> list[str]:
+    # Stream mode's columns only where a run measured it (older results have none).
+    stream = any("stream.goodput_mbps" in r["figures"] for r in rs)
+    extra = " stream mode Mbit/s | / ceiling |" if stream else ""
     rows = [
-        "| case | sum of rates | multihome Mbit/s | / header ceiling | kernel MPTCP Mbit/s "
-        "| / ceiling | best single TCP | multihome added RTT |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | sum of rates | multihome Mbit/s | / header ceiling |" + extra + " kernel MPTCP "
+        "Mbit/s | / ceiling | best single TCP | multihome added RTT |",
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if stream else ""),
     ]
     eff = None
     for r in rs:
@@ -259,22 +262,29 @@ def _table_aggregate(rs: list[dict]) -> list[str]:
             eff = f
             continue
         if "error" in f:
-            rows.append(f"| {r['case']} | failed | | | | | | |")
+            rows.append(f"| {r['case']} | failed | | | | | | |" + (" | |" if stream else ""))
             continue
         mh = "multihome-earliest"
         singles = [f.get(f"tcp:{i}.goodput_mbps") for i in range(3)]
         best = max((s for s in singles if s is not None), default=None)
+        cols = (
+            f" {_fmt(f.get('stream.goodput_mbps'))} | {_fmt(f.get('stream.ratio_to_ceiling'))} |"
+            if stream
+            else ""
+        )
         rows.append(
             f"| {r['case']} | {_fmt(f.get('sum_mbit'), ' Mbit/s')} | "
-            f"{_fmt(f.get(f'{mh}.goodput_mbps'))} | {_fmt(f.get(f'{mh}.ratio_to_ceiling'))} | "
-            f"{_fmt(f.get('mptcp.goodput_mbps'))} | {_fmt(f.get('mptcp.ratio_to_ceiling'))} | "
+            f"{_fmt(f.get(f'{mh}.goodput_mbps'))} | {_fmt(f.get(f'{mh}.ratio_to_ceiling'))} |"
+            f"{cols} {_fmt(f.get('mptcp.goodput_mbps'))} | "
+            f"{_fmt(f.get('mptcp.ratio_to_ceiling'))} | "
             f"{_fmt(best)} | {_fmt(f.get(f'{mh}.rtt_added_ms'), ' ms')} |"
         )
     if eff:
         rows.append("")
+        also = f", stream mode {eff['stream']:.1%}" if "stream" in eff else ""
         rows.append(
             f"Header ceiling (goodput over wire rate at MTU 1500): multihome "
-            f"{eff.get('multihome', 0):.1%}, plain TCP {eff.get('plain', 0):.1%}."
+            f"{eff.get('multihome', 0):.1%}, plain TCP {eff.get('plain', 0):.1%}{also}."
         )
     return rows
 
