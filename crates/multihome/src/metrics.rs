@@ -156,7 +156,69 @@ pub fn render(status: &Value) -> String {
         );
     }
     naming(&mut out, &role, &status["naming"]);
+    stream(&mut out, &role, &status["stream"]);
     out
+}
+
+/// Stream mode's counters (docs/STREAM.md): `multihome_stream_<name>_total`, and the
+/// connections relayed now as a gauge.
+fn stream(out: &mut String, role: &str, s: &Value) {
+    if !s.is_object() {
+        return;
+    }
+    let sample = |k: &str| {
+        vec![(
+            format!("role=\"{role}\""),
+            s[k].as_u64().unwrap_or(0).to_string(),
+        )]
+    };
+    family(
+        out,
+        "multihome_stream_active",
+        "gauge",
+        "Stream-mode connections being relayed.",
+        &sample("active"),
+    );
+    for (k, help) in [
+        (
+            "connected",
+            "Stream-mode connections whose destination answered.",
+        ),
+        ("closed", "Stream-mode connections that ended cleanly."),
+        ("reset", "Stream-mode connections that ended with a reset."),
+        (
+            "refused",
+            "Destinations that refused, were unreachable or did not answer.",
+        ),
+        (
+            "failed",
+            "Stream-mode connections that failed before an answer.",
+        ),
+        (
+            "over_limit",
+            "Stream-mode connections refused at max_connections.",
+        ),
+        (
+            "bytes_up",
+            "Stream-mode bytes from the LAN towards destinations.",
+        ),
+        (
+            "bytes_down",
+            "Stream-mode bytes from destinations to the LAN.",
+        ),
+        (
+            "subflows",
+            "MPTCP subflows the client added beyond the first.",
+        ),
+    ] {
+        family(
+            out,
+            &format!("multihome_stream_{k}_total"),
+            "counter",
+            help,
+            &sample(k),
+        );
+    }
 }
 
 /// The `naming` part: on a server the resolver's requests, refusals by reason (of
@@ -314,6 +376,24 @@ mod tests {
         assert!(
             text.contains("multihome_session_established{role=\"server\",peer=\"ho\\\"me\"} 1\n")
         );
+    }
+
+    #[test]
+    fn stream_metrics() {
+        let t = render(&json!({"role": "client", "stream": {"active": 3, "refused": 2}}));
+        assert!(
+            t.contains("multihome_stream_active{role=\"client\"} 3"),
+            "{t}"
+        );
+        assert!(
+            t.contains("multihome_stream_refused_total{role=\"client\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE multihome_stream_bytes_up_total counter"),
+            "{t}"
+        );
+        assert!(!render(&json!({"role": "client"})).contains("multihome_stream"));
     }
 
     #[test]

@@ -147,6 +147,9 @@ pub fn render(v: &Value) -> String {
     if let Some(line) = relays_line(v) {
         let _ = writeln!(o, "{line}");
     }
+    if v["stream"].is_object() {
+        let _ = writeln!(o, "{}", stream_line(&v["stream"]));
+    }
     for s in v["sessions"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,
@@ -182,6 +185,24 @@ pub fn render(v: &Value) -> String {
     let _ = writeln!(o, "counters: {}", v["counters"]);
     events_lines(o, &v["events"]);
     out
+}
+
+/// Stream mode's counters on one line (docs/STREAM.md).
+fn stream_line(s: &Value) -> String {
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    format!(
+        "stream: {} active, {} connected ({} closed, {} reset), {} refused, {} failed, {} over limit; {} up, {} down; {} subflows added",
+        n("active"),
+        n("connected"),
+        n("closed"),
+        n("reset"),
+        n("refused"),
+        n("failed"),
+        n("over_limit"),
+        bytes_text(n("bytes_up")),
+        bytes_text(n("bytes_down")),
+        n("subflows"),
+    )
 }
 
 /// The configured flow classes on one line: `policies: voip (udp 5060) realtime(150 ms);
@@ -395,6 +416,18 @@ mod tests {
         assert_eq!(lines.len(), 9);
         // A document without events (an older daemon) prints none.
         assert!(!render(&json!({"role": "server"})).contains("events"));
+    }
+
+    #[test]
+    fn stream_counters_line() {
+        let t = render(
+            &json!({"role": "client", "stream": {"active": 2, "connected": 5,
+            "closed": 2, "reset": 1, "refused": 1, "bytes_up": 3_000_000, "subflows": 5}}),
+        );
+        assert!(
+            t.contains("stream: 2 active, 5 connected (2 closed, 1 reset), 1 refused, 0 failed"),
+            "{t}"
+        );
     }
 
     #[test]
