@@ -171,3 +171,106 @@ pub async fn write_frame(w: &mut (impl AsyncWriteExt + Unpin), msg: &[u8]) -> io
     frame.extend_from_slice(msg);
     w.write_all(&frame).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use multihome_proto::crypto::StaticSecret;
+    use multihome_proto::stream::handshake::HANDSHAKE_MAX;
+    use multihome_proto::stream::{ConnectStatus, StreamInitiator, StreamResponder};
+    use tokio::net::TcpListener;
+
+    /// A connected loopback pair.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (b, _) = l.accept().await.unwrap();
+        (a, b)
+    }
+
+    /// app ⇄ [client relay] ⇄ encrypted ⇄ [server relay] ⇄ dest, on loopback sockets; the
+    /// relays run until the connection ends. Returns (app, dest, both relays' outcomes).
+    async fn chain() -> (
+        TcpStream,
+        TcpStream,
+        tokio::task::JoinHandle<(Outcome, Outcome)>,
+    ) {
+        let c = StaticSecret::from_bytes([1; 32]);
+        let s = StaticSecret::from_bytes([2; 32]);
+        let mut m1 = [0u8; HANDSHAKE_MAX];
+        let t = "127.0.0.1:9".parse().unwrap();
+        let (init, n1) =
+            StreamInitiator::start(&c, &s.public_key(), [3; 32], 1, t, &mut m1).unwrap();
+        let resp = StreamResponder::read(&s, [4; 32], &m1[..n1]).unwrap();
+        let mut m2 = [0u8; HANDSHAKE_MAX];
+        let (n2, ss, so) = resp.answer(ConnectStatus::Connected, &mut m2).unwrap();
+        let (_, cs, co) = init.finish(&m2[..n2]).unwrap();
+        let (app, lan) = pair().await;
+        let (enc_c, enc_s) = pair().await;
+        let (out, dest) = pair().await;
+        let relays = tokio::task::spawn_local(async move {
+            let stats = StreamStats::default();
+            let client = Relay {
+                stats: &stats,
+                plain_is_lan: true,
+            };
+            let server = Relay {
+                stats: &stats,
+                plain_is_lan: false,
+            };
+            tokio::join!(
+                client.run(lan, enc_c, cs, co),
+                server.run(out, enc_s, ss, so)
+            )
+        });
+        (app, dest, relays)
+    }
+
+    fn local(f: impl std::future::Future<Output = ()>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, f);
+    }
+
+    #[test]
+    fn half_closes_carry_both_directions_intact() {
+        local(async {
+            let (mut app, mut dest, relays) = chain().await;
+            let request: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+            app.write_all(&request).await.unwrap();
+            app.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            dest.read_to_end(&mut got).await.unwrap();
+            assert!(
+                got == request,
+                "request corrupted: {} of {} bytes",
+                got.len(),
+                request.len()
+            );
+            // The answer after the request's end: half-close kept the other way open.
+            dest.write_all(b"answer").await.unwrap();
+            dest.shutdown().await.unwrap();
+            let mut answer = Vec::new();
+            app.read_to_end(&mut answer).await.unwrap();
+            assert_eq!(answer, b"answer");
+            assert_eq!(relays.await.unwrap(), (Outcome::Closed, Outcome::Closed));
+        });
+    }
+
+    #[test]
+    fn a_reset_at_one_end_resets_the_other() {
+        local(async {
+            let (mut app, dest, relays) = chain().await;
+            socket2::SockRef::from(&dest)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            drop(dest);
+            let mut buf = [0u8; 16];
+            let err = app.read(&mut buf).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+            assert_eq!(relays.await.unwrap(), (Outcome::Reset, Outcome::Reset));
+        });
+    }
+}
