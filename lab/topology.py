@@ -550,20 +550,40 @@ class Topology:
         return {side: proc.stop(timeout=5) for side, proc in self.daemons.items()}
 
     def reconfigure(
-        self, *, policy: str | None = None, client_extra: dict | None = None, **start_kw: object
+        self,
+        *,
+        policy: str | None = None,
+        client_extra: dict | None = None,
+        stream: bool | None = None,
+        **start_kw: object,
     ) -> None:
-        """(Re)start both daemons with the client's default ``policy`` and the settings in
-        ``client_extra`` changed as given (``start_kw`` go to ``start``). Nothing happens if
-        the daemons already run with them: a restart would reset the counters a caller
-        snapshotted around a flow."""
+        """(Re)start both daemons with the client's default ``policy``, the settings in
+        ``client_extra`` changed as given and stream mode on or off (``stream``, for TCP
+        from the LAN host; ``None`` keeps it as it is). ``start_kw`` go to ``start``. Nothing
+        happens if the daemons already run with them: a restart would reset the counters a
+        caller snapshotted around a flow."""
         new_policy = self.policy if policy is None else policy
         new_extra = {**self.client_extra, **(client_extra or {})}
-        if self.daemons and new_policy == self.policy and new_extra == self.client_extra:
+        had_stream = "stream" in self.client_sections
+        new_stream = had_stream if stream is None else stream
+        same = new_policy == self.policy and new_extra == self.client_extra
+        if self.daemons and same and new_stream == had_stream:
             return
         if self.daemons:
             self.stop_for_restart()
         self.policy, self.client_extra = new_policy, new_extra
+        self.set_stream(new_stream)
         self.start(**start_kw)
+
+    def set_stream(self, on: bool) -> None:
+        """Stream mode in the configs written next (docs/STREAM.md): the client ends TCP
+        from ``lan0`` and carries it over kernel MPTCP; the server listens for it."""
+        if on:
+            self.client_sections["stream"] = {"lan": ["lan0"]}
+            self.server_extra["stream"] = True
+        else:
+            self.client_sections.pop("stream", None)
+            self.server_extra.pop("stream", None)
 
     def stop_for_restart(self) -> None:
         """Stop the daemons so that ``start`` can run again on the same links: a stale socket

@@ -69,8 +69,7 @@ def enable_stream(topo: Topology) -> None:
     """Run the daemons with stream mode on (before they start): the ``stream`` system's
     connections, from the LAN host, are carried over MPTCP by the daemons; the others are
     not affected."""
-    topo.client_sections["stream"] = {"lan": ["lan0"]}
-    topo.server_extra["stream"] = True
+    topo.set_stream(True)
 
 
 def set_scheduler(topo: Topology, scheduler: str) -> None:

@@ -11,9 +11,9 @@ import matplotlib.pyplot as plt
 
 from lab.bench.common import figure
 
-POLICIES = ("best", "aggregate", "redundant")
+POLICIES = ("best", "aggregate", "redundant", "stream")
 COLORS = {"best": "tab:blue", "aggregate": "tab:green", "redundant": "tab:orange",
-          "mptcp": "tab:gray"}  # fmt: skip
+          "stream": "tab:purple", "mptcp": "tab:gray"}  # fmt: skip
 
 
 def plot(results: list[dict]) -> plt.Figure | None:

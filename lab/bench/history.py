@@ -307,7 +307,7 @@ def _table_failover(rs: list[dict]) -> list[str]:
 
 def _table_cellular_drive(rs: list[dict]) -> list[str]:
     """Pairs in run order, policies in POLICIES order, kernel MPTCP last (goodput only)."""
-    order = {"best": 0, "aggregate": 1, "redundant": 2, "mptcp": 3}
+    order = {"best": 0, "aggregate": 1, "redundant": 2, "stream": 3, "mptcp": 4}
     rows = [
         "| trace pair | system | Mbit/s | / offered | longest stall while a link delivers (raw) "
         "| Down transitions / real outages | voice lost / late |",
