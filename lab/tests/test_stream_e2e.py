@@ -160,3 +160,19 @@ def test_a_refused_destination_is_refused_for_the_application(stream_topo: Topol
     assert out == "REFUSED"
     st = stream_status(stream_topo, "client")
     assert st["refused"] == 1 and st["connected"] == 0, st
+
+
+def test_a_link_that_delivers_nothing_costs_one_stagger_not_a_timeout(
+    stream_topo: Topology,
+) -> None:
+    # Link 0 (first in the config) is up with its address but drops everything: the first
+    # subflow's attempt over link 1 starts 250 ms later and wins. Bound: that stagger, the
+    # handshake's round trips (sub-ms here) and the Python start-up, well under the 10-s
+    # connect timeout a single attempt on link 0 would wait.
+    stream_topo.blackhole(0)
+    srv = origin_server(stream_topo, "echo-sha")
+    started = time.monotonic()
+    assert lan_client(stream_topo, "echo-sha") == "HALFCLOSE-OK"
+    elapsed = time.monotonic() - started
+    srv.wait(10)
+    assert elapsed < 3.0, f"{elapsed:.2f} s: the connection waited for the dead link"

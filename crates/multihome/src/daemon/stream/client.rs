@@ -15,7 +15,10 @@
 use super::held::Held;
 use super::intercept::Interception;
 use super::relay::{read_frame, write_frame, Relay};
-use super::{handshake_timestamp, spawn_runtime, StreamStats, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT};
+use super::{
+    handshake_timestamp, spawn_runtime, StreamStats, CONNECT_STAGGER, CONNECT_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
+};
 use crate::config::ClientSettings;
 use anyhow::{bail, Context, Result};
 use multihome_io::mptcp::{mptcp_info, set_pm_type, set_userspace_pm, Pm};
@@ -216,10 +219,8 @@ pub type Opened = (
 /// The MPTCP connection and its handshake; subflows once the server answered.
 pub async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
     let usable = usable_links(&ctx.links);
-    let first = usable
-        .first()
-        .context("no link is usable (up with an address)")?;
-    let mut enc = connect(first).await?;
+    anyhow::ensure!(!usable.is_empty(), "no link is usable (up with an address)");
+    let (won, mut enc) = race_connect(&usable).await?;
     let _ = enc.set_nodelay(true);
     let ts = handshake_timestamp(&ctx.last_ts);
     let mut m1 = [0u8; HANDSHAKE_MAX];
@@ -233,32 +234,66 @@ pub async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
         .context("reading the server's answer")?;
     let (status, sealer, opener) = init.finish(&m2[..len])?;
     if status == ConnectStatus::Connected {
-        add_subflows(ctx, &enc, &usable[1..]);
+        let others: Vec<&Usable<'_>> = (0..usable.len())
+            .filter(|&i| i != won)
+            .map(|i| &usable[i])
+            .collect();
+        add_subflows(ctx, &enc, &others);
     }
     Ok((status, enc, sealer, opener))
 }
 
-/// The first subflow: an MPTCP socket bound to the link's interface and address.
-async fn connect(l: &Usable<'_>) -> Result<TcpStream> {
-    let dst = l.link.server;
+/// The first subflow, raced over the usable links as Happy Eyeballs does (and the racing
+/// gateway, after MultiNAT): link i's attempt starts i × [`CONNECT_STAGGER`] after the first
+/// (config order), the first to connect wins and the others are dropped. A link that is up
+/// but delivers nothing (a cellular outage) thus costs one stagger, not a connect timeout.
+/// Returns the winner's index in `usable`.
+async fn race_connect(usable: &[Usable<'_>]) -> Result<(usize, TcpStream)> {
+    let mut attempts = tokio::task::JoinSet::new();
+    for (i, u) in usable.iter().enumerate() {
+        let (name, iface, local, dst) = (
+            u.link.name.clone(),
+            u.link.interface.clone(),
+            u.local,
+            u.link.server,
+        );
+        attempts.spawn_local(async move {
+            tokio::time::sleep(CONNECT_STAGGER * i as u32).await;
+            (i, connect(&name, &iface, local, dst).await)
+        });
+    }
+    let mut last = None;
+    while let Some(done) = attempts.join_next().await {
+        match done {
+            Ok((i, Ok(s))) => return Ok((i, s)),
+            Ok((_, Err(e))) => last = Some(e),
+            Err(e) => last = Some(anyhow::anyhow!("connect attempt: {e}")),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no link is usable")))
+}
+
+/// One attempt at the first subflow: an MPTCP socket bound to the link's interface and
+/// address.
+async fn connect(name: &str, iface: &str, local: IpAddr, dst: SocketAddr) -> Result<TcpStream> {
     let sock = Socket::new(
         Domain::for_address(dst),
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::MPTCP),
     )
     .context("opening an MPTCP socket (is net.mptcp.enabled = 1?)")?;
-    sock.bind_device(Some(l.link.interface.as_bytes()))?;
-    sock.bind(&SocketAddr::new(l.local, 0).into())?;
+    sock.bind_device(Some(iface.as_bytes()))?;
+    sock.bind(&SocketAddr::new(local, 0).into())?;
     let _ = sock.set_keepalive(true);
     let tcp = TcpSocket::from_std_stream(sock.into());
     timeout(CONNECT_TIMEOUT, tcp.connect(dst))
         .await
-        .with_context(|| format!("connecting to {dst} over link {}: timed out", l.link.name))?
-        .with_context(|| format!("connecting to {dst} over link {}", l.link.name))
+        .with_context(|| format!("connecting to {dst} over link {name}: timed out"))?
+        .with_context(|| format!("connecting to {dst} over link {name}"))
 }
 
 /// One subflow per other usable link (local address id = link index + 1).
-fn add_subflows(ctx: &Ctx, enc: &TcpStream, others: &[Usable<'_>]) {
+fn add_subflows(ctx: &Ctx, enc: &TcpStream, others: &[&Usable<'_>]) {
     let info = match mptcp_info(enc.as_fd()) {
         Ok(i) if !i.fallback => i,
         Ok(_) => {

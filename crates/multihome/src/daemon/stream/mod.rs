@@ -28,6 +28,8 @@ use std::time::Duration;
 
 /// Longest wait for the MPTCP connection (client) or the destination (server).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Delay between the starts of the first subflow's attempts over successive links.
+pub const CONNECT_STAGGER: Duration = Duration::from_millis(250);
 /// Longest wait for a handshake message once the MPTCP connection is up (the server's
 /// answer waits for its own connect, hence more than `CONNECT_TIMEOUT`).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
