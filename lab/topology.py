@@ -575,15 +575,20 @@ class Topology:
         self.set_stream(new_stream)
         self.start(**start_kw)
 
-    def set_stream(self, on: bool) -> None:
+    def set_stream(self, on: bool, cc: str | None = None) -> None:
         """Stream mode in the configs written next (docs/STREAM.md): the client ends TCP
-        from ``lan0`` and carries it over kernel MPTCP; the server listens for it."""
+        from ``lan0`` and carries it over kernel MPTCP; the server listens for it. ``cc``:
+        the MPTCP subflows' congestion control on both sides (default: the daemons')."""
         if on:
             self.client_sections["stream"] = {"lan": ["lan0"]}
             self.server_extra["stream"] = True
+            if cc:
+                self.client_sections["stream"]["congestion_control"] = cc
+                self.server_extra["stream_congestion_control"] = cc
         else:
             self.client_sections.pop("stream", None)
             self.server_extra.pop("stream", None)
+            self.server_extra.pop("stream_congestion_control", None)
 
     def stop_for_restart(self) -> None:
         """Stop the daemons so that ``start`` can run again on the same links: a stale socket

@@ -127,6 +127,12 @@ def main() -> int:
     parser.add_argument("--skip-lab", action="store_true", help="handoff-voice: the simulator only")
     parser.add_argument("--quick", action="store_true", help="detours: CUBIC only, 8-s runs")
     parser.add_argument(
+        "--cc",
+        choices=["cubic", "bbr"],
+        help="aggregate: congestion control of every flow (default: the scenario's, cubic); "
+        "stream mode's subflows use it too",
+    )
+    parser.add_argument(
         "--tag",
         help="aggregate: file a partial run as bench/results/aggregate-TAG.json (a named "
         "result kept beside the suite's, e.g. one case with more runs)",
@@ -188,7 +194,9 @@ def main() -> int:
         elif suite == "overhead":
             overhead.main(seconds=args.seconds, repeats=args.repeats)
         elif suite == "aggregate":
-            aggregate.main(runs=args.runs, seconds=args.seconds, only=args.cases, tag=args.tag)
+            aggregate.main(
+                runs=args.runs, seconds=args.seconds, only=args.cases, tag=args.tag, cc=args.cc
+            )
         elif suite == "realtime-media":
             realtime_media.main(seconds=args.seconds, only=args.cases)
         elif suite == "detours":

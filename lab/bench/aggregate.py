@@ -187,7 +187,7 @@ def run_case(sc: Scenario, case: dict, seconds: float, runs: int) -> dict:
     out: dict = {**case, "sum_mbit": sum(rates), "links": overrides, "runs": []}
     with Lab() as lab:
         topo = subset(sc, n).topology(lab, overrides=overrides)
-        enable_stream(topo)
+        enable_stream(topo, b["cc"])
         set_scheduler(topo, "earliest")
         mptcp.enable(topo)
         for r in range(runs):
@@ -217,7 +217,7 @@ def run_pair(sc: Scenario, pair: dict, seconds: float, runs: int) -> dict:
         ]
         out["trace_mean_sum_mbit"] = sum(lk["trace_mean_mbit"] for lk in links)
         topo = subset(sc, len(links)).topology(lab, overrides=overrides)
-        enable_stream(topo)
+        enable_stream(topo, b["cc"])
         set_scheduler(topo, "earliest")
         mptcp.enable(topo)
 
@@ -337,9 +337,12 @@ def main(
     seconds: float | None = None,
     only: list[str] | None = None,
     tag: str | None = None,
+    cc: str | None = None,
 ):
     """Run the fixed cases and the trace pairs (``only``: names, or ``fixed`` / ``traces``)."""
     sc = load("aggregate")
+    if cc:
+        sc = dataclasses.replace(sc, bench={**sc.bench, "cc": cc})
     b = sc.bench
     seconds = seconds or b["seconds"]
     runs = runs or b["runs"]

@@ -65,11 +65,11 @@ def label(system: str, scheduler: str | None = None) -> str:
     return f"multihome-{scheduler}" if system == "multihome" else system
 
 
-def enable_stream(topo: Topology) -> None:
+def enable_stream(topo: Topology, cc: str) -> None:
     """Run the daemons with stream mode on (before they start): the ``stream`` system's
-    connections, from the LAN host, are carried over MPTCP by the daemons; the others are
-    not affected."""
-    topo.set_stream(True)
+    connections, from the LAN host, are carried over MPTCP by the daemons, whose subflows
+    use ``cc`` as every other system's flow does; the others are not affected."""
+    topo.set_stream(True, cc)
 
 
 def set_scheduler(topo: Topology, scheduler: str) -> None:

@@ -65,6 +65,8 @@ COMMANDS = {
     "--tag stream-fixed",
     "aggregate-stream-traces": f"{PY} -m lab.bench aggregate --cases traces --runs 3 "
     "--seconds 20 --tag stream-traces",
+    "aggregate-stream-bbr": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20 --cc bbr "
+    "--tag stream-bbr",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
     "cellular-drive": f"{PY} -m lab.bench cellular-drive",

@@ -152,6 +152,7 @@ pub struct ServerSection {
     pub redundant_copies: Option<Spanned<u8>>,
     #[serde(default)]
     pub stream: bool,
+    pub stream_congestion_control: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

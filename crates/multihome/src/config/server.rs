@@ -65,6 +65,8 @@ pub struct ServerSettings {
     pub kernel_copies: bool,
     /// Stream mode (`stream = true`): an MPTCP listener on `listen`'s address and port.
     pub stream: bool,
+    /// Congestion control of stream mode's MPTCP subflows (`stream_congestion_control`).
+    pub stream_congestion_control: String,
     /// Copies of a downstream `redundant` packet (`redundant_copies`; adaptive if unset).
     pub redundant_copies: Option<u8>,
     /// The resolver and its store (`[naming]`).
@@ -157,6 +159,10 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         hold: parse_hold(src, s.hold_max_mb.as_ref(), s.hold_max_s.as_ref())?,
         kernel_copies: s.kernel_copies,
         stream: s.stream,
+        stream_congestion_control: super::stream::parse_congestion_control(
+            src,
+            s.stream_congestion_control.as_ref(),
+        )?,
         redundant_copies: match &s.redundant_copies {
             Some(c) if *c.get_ref() == 0 => {
                 return Err(src.err(

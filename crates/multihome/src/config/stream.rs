@@ -16,6 +16,9 @@ use toml::Spanned;
 pub const DEFAULT_LISTEN_PORT: u16 = 7070;
 /// Default routing table (and `ip rule` preference) of the TPROXY'd connections.
 pub const DEFAULT_TABLE: u32 = 7070;
+/// Default congestion control of stream mode's MPTCP subflows, on both sides: BBR rides out
+/// random and bursty loss that makes loss-based algorithms collapse (docs/STREAM.md).
+pub const DEFAULT_CONGESTION_CONTROL: &str = "bbr";
 /// Default netfilter queue of the held SYNs.
 pub const DEFAULT_QUEUE_NUM: u16 = 7070;
 /// Default most stream connections at once (per client, and per server).
@@ -33,6 +36,7 @@ pub struct StreamSection {
     max_connections: Option<Spanned<u32>>,
     hold_syns: Option<bool>,
     queue_num: Option<Spanned<u16>>,
+    congestion_control: Option<Spanned<String>>,
 }
 
 /// Stream mode of the client.
@@ -49,6 +53,8 @@ pub struct StreamSettings {
     /// Hold each SYN in netfilter queue `queue_num` until the server answered, so a refusal
     /// reaches the application as a refused connect (`None`: accept at once).
     pub hold_syns: Option<u16>,
+    /// Congestion control of the MPTCP subflows (`TCP_CONGESTION`).
+    pub congestion_control: String,
 }
 
 /// Validates `[stream]`.
@@ -106,5 +112,29 @@ pub fn parse(
             (true, None) => Some(DEFAULT_QUEUE_NUM),
             (true, Some(q)) => Some(*q.get_ref()),
         },
+        congestion_control: parse_congestion_control(src, s.congestion_control.as_ref())?,
     }))
+}
+
+/// A congestion-control name as `TCP_CONGESTION` takes it: 1 to 15 of `[a-z0-9_]`.
+pub fn parse_congestion_control(
+    src: &Source<'_>,
+    v: Option<&Spanned<String>>,
+) -> Result<String, ConfigError> {
+    let Some(v) = v else {
+        return Ok(DEFAULT_CONGESTION_CONTROL.into());
+    };
+    let name = v.get_ref();
+    let ok = (1..=15).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !ok {
+        return Err(src.err(
+            v.span().start,
+            format!("`{name}` is not a congestion-control name"),
+            "use one of /proc/sys/net/ipv4/tcp_available_congestion_control, e.g. \"bbr\" or \"cubic\"",
+        ));
+    }
+    Ok(name.clone())
 }

@@ -426,6 +426,7 @@ fn stream_section_defaults_and_mistakes() {
     assert_eq!(s.listen_port, stream::DEFAULT_LISTEN_PORT);
     assert_eq!(s.max_connections, stream::DEFAULT_MAX_CONNECTIONS);
     assert_eq!(s.hold_syns, Some(stream::DEFAULT_QUEUE_NUM));
+    assert_eq!(s.congestion_control, "bbr");
     let off =
         client(&(base.clone() + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\n")).unwrap();
     assert_eq!(off.stream.unwrap().hold_syns, None);
@@ -446,6 +447,11 @@ fn stream_section_defaults_and_mistakes() {
             "[stream]\nlan = [\"eth1\"]\nport = 1\n",
             19,
             "unknown field",
+        ),
+        (
+            "[stream]\nlan = [\"eth1\"]\ncongestion_control = \"BBR!\"\n",
+            19,
+            "congestion-control name",
         ),
     ] {
         let e = client(&format!("{base}\n{bad}")).unwrap_err();

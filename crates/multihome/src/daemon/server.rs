@@ -63,7 +63,10 @@ async fn run_loop(
         true => {
             let peers = s.peers.iter().map(|p| p.public_key).collect();
             let max = super::stream::STREAM_MAX_CONNECTIONS;
-            Some(super::stream::server::start(s.listen, &key, peers, max)?)
+            let cc = &s.stream_congestion_control;
+            Some(super::stream::server::start(
+                s.listen, &key, peers, max, cc,
+            )?)
         }
         false => None,
     };

@@ -78,6 +78,7 @@ pub struct Ctx {
     key: StaticSecret,
     server_key: PublicKey,
     last_ts: AtomicU64,
+    congestion_control: String,
     pm: RefCell<Pm>,
     fallback_logged: std::cell::Cell<bool>,
     /// The counters.
@@ -117,6 +118,7 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
     let max = cfg.max_connections as usize;
     let port = cfg.listen_port;
     let queue = cfg.hold_syns;
+    let cc = cfg.congestion_control.clone();
     spawn_runtime("stream-client", move || async move {
         let held = queue.map(|q| Held::bind(q, max)).transpose()?;
         let ctx = Rc::new(Ctx {
@@ -125,6 +127,7 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
             server_key,
             stats: st,
             last_ts: AtomicU64::new(0),
+            congestion_control: cc,
             pm: RefCell::new(pm),
             fallback_logged: Default::default(),
             held,
@@ -220,7 +223,7 @@ pub type Opened = (
 pub async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
     let usable = usable_links(&ctx.links);
     anyhow::ensure!(!usable.is_empty(), "no link is usable (up with an address)");
-    let (won, mut enc) = race_connect(&usable).await?;
+    let (won, mut enc) = race_connect(&usable, &ctx.congestion_control).await?;
     let _ = enc.set_nodelay(true);
     let ts = handshake_timestamp(&ctx.last_ts);
     let mut m1 = [0u8; HANDSHAKE_MAX];
@@ -248,7 +251,7 @@ pub async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
 /// (config order), the first to connect wins and the others are dropped. A link that is up
 /// but delivers nothing (a cellular outage) thus costs one stagger, not a connect timeout.
 /// Returns the winner's index in `usable`.
-async fn race_connect(usable: &[Usable<'_>]) -> Result<(usize, TcpStream)> {
+async fn race_connect(usable: &[Usable<'_>], cc: &str) -> Result<(usize, TcpStream)> {
     let mut attempts = tokio::task::JoinSet::new();
     for (i, u) in usable.iter().enumerate() {
         let (name, iface, local, dst) = (
@@ -257,9 +260,10 @@ async fn race_connect(usable: &[Usable<'_>]) -> Result<(usize, TcpStream)> {
             u.local,
             u.link.server,
         );
+        let cc = cc.to_string();
         attempts.spawn_local(async move {
             tokio::time::sleep(CONNECT_STAGGER * i as u32).await;
-            (i, connect(&name, &iface, local, dst).await)
+            (i, connect(&name, &iface, local, dst, &cc).await)
         });
     }
     let mut last = None;
@@ -275,7 +279,13 @@ async fn race_connect(usable: &[Usable<'_>]) -> Result<(usize, TcpStream)> {
 
 /// One attempt at the first subflow: an MPTCP socket bound to the link's interface and
 /// address.
-async fn connect(name: &str, iface: &str, local: IpAddr, dst: SocketAddr) -> Result<TcpStream> {
+async fn connect(
+    name: &str,
+    iface: &str,
+    local: IpAddr,
+    dst: SocketAddr,
+    cc: &str,
+) -> Result<TcpStream> {
     let sock = Socket::new(
         Domain::for_address(dst),
         Type::STREAM.nonblocking().cloexec(),
@@ -285,6 +295,7 @@ async fn connect(name: &str, iface: &str, local: IpAddr, dst: SocketAddr) -> Res
     sock.bind_device(Some(iface.as_bytes()))?;
     sock.bind(&SocketAddr::new(local, 0).into())?;
     let _ = sock.set_keepalive(true);
+    super::set_congestion_control(&sock, cc);
     let tcp = TcpSocket::from_std_stream(sock.into());
     timeout(CONNECT_TIMEOUT, tcp.connect(dst))
         .await

@@ -110,6 +110,20 @@ pub fn handshake_timestamp(last: &AtomicU64) -> u64 {
     }
 }
 
+/// Sets the MPTCP socket's congestion control (kept on its subflows, present and future).
+/// A name the kernel does not have is reported once per process and the default kept.
+pub fn set_congestion_control(s: &impl std::os::fd::AsFd, name: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Err(e) = socket2::SockRef::from(s).set_tcp_congestion(name.as_bytes()) {
+        if !WARNED.swap(true, Relaxed) {
+            tracing::warn!(
+                "stream mode: congestion control `{name}`: {e}; the system default is used \
+                 (see /proc/sys/net/ipv4/tcp_available_congestion_control)"
+            );
+        }
+    }
+}
+
 /// Runs `f` on a new thread named `name` inside its own current-thread runtime.
 pub fn spawn_runtime<F, Fut>(name: &str, f: F) -> anyhow::Result<()>
 where

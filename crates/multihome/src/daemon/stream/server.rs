@@ -36,6 +36,7 @@ const MAX_HANDSHAKES: usize = 256;
 
 struct Ctx {
     key: StaticSecret,
+    congestion_control: String,
     replay: RefCell<HashMap<[u8; 32], InitReplay>>,
     stats: Arc<StreamStats>,
 }
@@ -46,6 +47,7 @@ pub fn start(
     key: &StaticSecret,
     peers: Vec<PublicKey>,
     max_connections: usize,
+    congestion_control: &str,
 ) -> Result<Arc<StreamStats>> {
     match Pm::open().and_then(|mut pm| pm.raise_subflow_limit(SUBFLOW_LIMIT)) {
         Ok(n) => tracing::info!(subflow_limit = n, "stream mode: MPTCP joins accepted"),
@@ -56,6 +58,7 @@ pub fn start(
     let replay = peers.iter().map(|p| (p.0, InitReplay::new())).collect();
     let ctx = Ctx {
         key: key.clone(),
+        congestion_control: congestion_control.to_string(),
         replay: RefCell::new(replay),
         stats: stats.clone(),
     };
@@ -116,6 +119,7 @@ async fn accept_loop(ctx: Rc<Ctx>, listener: TcpListener, max: usize) -> Result<
 /// One client connection: handshake, connect, answer, relay.
 async fn serve(ctx: &Ctx, mut enc: TcpStream, hs: tokio::sync::OwnedSemaphorePermit) {
     let _ = enc.set_nodelay(true);
+    super::set_congestion_control(&enc, &ctx.congestion_control);
     let mut m1 = [0u8; HANDSHAKE_MAX];
     let resp = match timeout(HANDSHAKE_TIMEOUT, read_frame(&mut enc, &mut m1)).await {
         Ok(Ok(n)) => accept_init(ctx, &m1[..n]),
