@@ -7,7 +7,7 @@
 # Environment: FUZZ_TARGET_DIR (build directory, default fuzz/target — keep it apart
 # from normal builds: the instrumented flags would force rebuilds), FUZZ_SANITIZER
 # (default none: the core is safe Rust, so ASan mostly costs speed; use "address" for
-# long runs), FUZZ_PROFILE (default release; "dev" builds in 3 minutes instead of 5 and
+# long runs), FUZZ_PROFILE (default release; "dev" builds faster and
 # runs ~50 times fewer inputs a second: the CI pass, which mostly replays the corpora).
 set -euo pipefail
 secs=${1:?usage: fuzz/run-all.sh SECONDS}

@@ -93,7 +93,15 @@ quiet pip retry .venv/bin/pip install -q -e . ruff
 # demo's report prints nothing but itself.
 quiet matplotlib .venv/bin/python -c "import matplotlib.pyplot"
 
-say "cargo: building the release binaries (a few minutes the first time)"
-quiet cargo cargo build --release -p multihome -p linkem
+# MULTIHOME_SETUP_BUILD=0 leaves the binaries to the caller: scripts/test.sh, whose test build
+# makes them anyway (with its dev-dependencies' features, so this build would not be reused).
+if [ "${MULTIHOME_SETUP_BUILD:-1}" = 0 ]; then
+    say "cargo: not building the binaries (MULTIHOME_SETUP_BUILD=0)"
+    built=""
+else
+    say "cargo: building the release binaries (a few minutes the first time)"
+    quiet cargo cargo build --release -p multihome -p linkem
+    built=" target/release/multihome,"
+fi
 rm -rf "$logs"
-echo "setup done: $(rustc --version | cut -d' ' -f1-2), target/release/multihome, .venv/bin/python"
+echo "setup done: $(rustc --version | cut -d' ' -f1-2),$built .venv/bin/python"

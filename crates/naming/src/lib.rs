@@ -9,10 +9,12 @@
 //! [`select`] (which server a client uses), [`resolver`] (the client's state machine).
 //! With I/O: [`store`] (embedded redb and etcd behind one trait) and [`service`] (the
 //! server's resolver: UDP requests answered from a store, its own record kept fresh),
-//! [`load`] (a load generator for the benchmark).
+//! [`load`] (a load generator for the benchmark). The `etcd` feature (default) brings the etcd
+//! store and [`load`].
 //! Reference: PROTOCOL.md §17, ARCHITECTURE.md, CONFIG.md `[naming]`.
 
 pub mod cache;
+#[cfg(feature = "etcd")]
 pub mod load;
 pub mod message;
 pub mod record;

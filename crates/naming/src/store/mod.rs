@@ -16,7 +16,9 @@
 //! The same test suite runs against both (`tests/stores.rs`).
 
 pub mod embedded;
+#[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "etcd")]
 mod etcd_feed;
 
 use crate::cache::CacheStats;
@@ -27,6 +29,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 
 pub use embedded::EmbeddedStore;
+#[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
 
 /// A store's failure.
@@ -162,6 +165,7 @@ pub enum Store {
     /// redb on disk.
     Embedded(EmbeddedStore),
     /// An etcd cluster (boxed: its client is large).
+    #[cfg(feature = "etcd")]
     Etcd(Box<EtcdStore>),
 }
 
@@ -169,6 +173,7 @@ impl RecordStore for Store {
     async fn put(&self, bytes: &[u8], now_ms: u64) -> Result<SignedRecord, StoreError> {
         match self {
             Store::Embedded(s) => s.put(bytes, now_ms).await,
+            #[cfg(feature = "etcd")]
             Store::Etcd(s) => s.put(bytes, now_ms).await,
         }
     }
@@ -176,6 +181,7 @@ impl RecordStore for Store {
     fn reader(&self) -> std::sync::Arc<dyn RecordReader> {
         match self {
             Store::Embedded(s) => s.reader(),
+            #[cfg(feature = "etcd")]
             Store::Etcd(s) => s.reader(),
         }
     }
@@ -183,6 +189,7 @@ impl RecordStore for Store {
     fn refusals(&self) -> RefusalCounts {
         match self {
             Store::Embedded(s) => s.refusals(),
+            #[cfg(feature = "etcd")]
             Store::Etcd(s) => s.refusals(),
         }
     }
@@ -190,6 +197,7 @@ impl RecordStore for Store {
     fn stats(&self) -> StoreStats {
         match self {
             Store::Embedded(s) => s.stats(),
+            #[cfg(feature = "etcd")]
             Store::Etcd(s) => s.stats(),
         }
     }
