@@ -166,11 +166,12 @@ fn accept_init(ctx: &Ctx, msg: &[u8]) -> Option<StreamResponder> {
     };
     let mut replay = ctx.replay.borrow_mut();
     let Some(history) = replay.get_mut(&resp.client().0) else {
-        tracing::warn!(client = %resp.client().to_base64(), "stream: handshake from a key that is not a peer");
+        // debug, not warn: anyone can send these, and `failed` counts them.
+        tracing::debug!(client = %resp.client().to_base64(), "stream: handshake from a key that is not a peer");
         return None;
     };
     if !history.check_and_set(resp.timestamp_us()) {
-        tracing::warn!(client = %resp.client().to_base64(), "stream: replayed or stale handshake refused");
+        tracing::debug!(client = %resp.client().to_base64(), "stream: replayed or stale handshake refused");
         return None;
     }
     Some(resp)
