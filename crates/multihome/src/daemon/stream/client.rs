@@ -105,6 +105,12 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
         cfg.hold_syns,
     )?;
     let stats = Arc::new(StreamStats::default());
+    // From here on, an error drops this: interception removed, path manager type restored.
+    let running = ClientStream {
+        stats: stats.clone(),
+        _intercept: intercept,
+        old_pm,
+    };
     let links = s
         .links
         .iter()
@@ -119,8 +125,18 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
     let port = cfg.listen_port;
     let queue = cfg.hold_syns;
     let cc = cfg.congestion_control.clone();
+    // The thread reports whether its queue and listener opened: without them the
+    // interception would divert LAN TCP into nothing, so the client must not start.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     spawn_runtime("stream-client", move || async move {
-        let held = queue.map(|q| Held::bind(q, max)).transpose()?;
+        let opened = queue.map(|q| Held::bind(q, max)).transpose().and_then(|h| {
+            Ok((
+                h,
+                listeners(port).context("opening the transparent listener")?,
+            ))
+        });
+        let _ = ready_tx.send(opened.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+        let (held, listeners) = opened?;
         let ctx = Rc::new(Ctx {
             links,
             key,
@@ -133,18 +149,22 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
             held,
         });
         tokio::task::spawn_local(super::held::queue_loop(ctx.clone()));
-        accept_loop(ctx, port, max).await
+        accept_loop(ctx, listeners, max).await
     })?;
+    match ready_rx.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => bail!("stream mode: {e}"),
+        Err(_) => bail!("stream mode: its thread did not start"),
+    }
     tracing::info!(lan = ?cfg.lan, port, "stream mode: LAN TCP to the routes is carried over MPTCP");
-    Ok(Some(ClientStream {
-        stats,
-        _intercept: intercept,
-        old_pm,
-    }))
+    Ok(Some(running))
 }
 
-async fn accept_loop(ctx: Rc<Ctx>, port: u16, max: usize) -> Result<()> {
-    let listeners = listeners(port).context("opening the stream-mode transparent listener")?;
+async fn accept_loop(
+    ctx: Rc<Ctx>,
+    listeners: Vec<tokio::net::TcpListener>,
+    max: usize,
+) -> Result<()> {
     let slots = Arc::new(Semaphore::new(max));
     // The peer address as accept(2) gave it: getpeername fails on a connection the
     // application reset before we accepted it, whose held stream must still be found.
