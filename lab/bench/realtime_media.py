@@ -40,7 +40,7 @@ import dataclasses
 import json
 import time
 
-from lab.bench.aggregate import queue_bytes, subset
+from lab.bench.aggregate import queue_bytes, subset, trace_overrides
 from lab.bench.aggregate_traces import TracesUnavailable, pair_traces
 from lab.bench.common import progress, save
 from lab.bench.realtime_media_metrics import figures
@@ -225,14 +225,7 @@ def run_pair(sc: Scenario, pair: dict) -> dict:
     def overrides(lab: Lab) -> dict:
         links = pair_traces(pair, lab.dir)
         info["links"] = links
-        return {
-            lk["name"]: {
-                "rate": f"trace:{lk['path']}",
-                "delay": f"{lk['delay_ms']:g}ms",
-                "queue_bytes": queue_bytes(lk["trace_mean_mbit"], b),
-            }
-            for lk in links
-        }
+        return trace_overrides(links, b)
 
     def restart_of(topo: Topology):  # noqa: ANN202
         def restart() -> None:
