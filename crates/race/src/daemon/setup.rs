@@ -345,14 +345,16 @@ pub fn uplink_addresses(uplinks: &[UplinkSettings]) -> Result<Vec<UplinkAddrs>, 
 /// Installed interception; dropping it removes rules, routes and the nftables table.
 #[derive(Debug)]
 pub struct Interception {
-    undo: Vec<Vec<String>>,
+    undo: Undoable,
 }
 
 impl Interception {
     /// Installs policy routing for every uplink, the TPROXY routing and the nftables table.
     /// On an error, what was installed so far is removed as the value drops.
     pub fn install(s: &RaceSettings, addrs: &[UplinkAddrs]) -> Result<Interception, SetupError> {
-        let mut me = Interception { undo: Vec::new() };
+        let mut me = Interception {
+            undo: Undoable::default(),
+        };
         me.tproxy_routing(s)?;
         me.uplink_routing(s, addrs)?;
         me.nft_table(s)?;
@@ -449,15 +451,8 @@ impl Interception {
     fn nft_table(&mut self, s: &RaceSettings) -> Result<(), SetupError> {
         let nat = s.mode == Mode::Nat;
         let text = ruleset(&s.lan_interfaces, s.listen_port, s.udp_flows, nat);
-        run(&["nft", "-f", "-"], Some(&text))?;
-        self.undo.push(vec![
-            "nft".into(),
-            "delete".into(),
-            "table".into(),
-            "inet".into(),
-            TABLE.into(),
-        ]);
-        Ok(())
+        let undo = ["nft", "delete", "table", "inet", TABLE];
+        self.undo.load(&["nft", "-f", "-"], &text, &undo)
     }
 
     /// The iptables rules that queue SYNs and new UDP flows to the daemon.
@@ -498,17 +493,42 @@ impl Interception {
     }
 
     fn add(&mut self, cmd: &[&str], undo: &[&str]) -> Result<(), SetupError> {
-        // A rule left by a crashed daemon would make `add` duplicate it: remove first.
+        self.undo.add(cmd, undo)
+    }
+}
+
+/// Commands run with their undo; dropping it undoes them, last first. Shared by every
+/// interception of this kind (the racing gateway's, stream mode's).
+#[derive(Debug, Default)]
+pub struct Undoable {
+    undo: Vec<Vec<String>>,
+}
+
+impl Undoable {
+    /// Runs `cmd`, to be undone by `undo`. For `ip rule` and iptables commands, a copy left
+    /// by a crashed daemon is removed first (adding would duplicate it).
+    pub fn add(&mut self, cmd: &[&str], undo: &[&str]) -> Result<(), SetupError> {
         if cmd.get(2) == Some(&"rule") || cmd[0].ends_with("tables") {
             while run(undo, None).is_ok() {}
         }
         run(cmd, None)?;
-        self.undo.push(undo.iter().map(|s| s.to_string()).collect());
+        self.push_undo(undo);
         Ok(())
+    }
+
+    /// Loads `text` with `cmd` reading it on stdin (`nft -f -`), undone by `undo`.
+    pub fn load(&mut self, cmd: &[&str], text: &str, undo: &[&str]) -> Result<(), SetupError> {
+        run(cmd, Some(text))?;
+        self.push_undo(undo);
+        Ok(())
+    }
+
+    fn push_undo(&mut self, undo: &[&str]) {
+        self.undo.push(undo.iter().map(|s| s.to_string()).collect());
     }
 }
 
-impl Drop for Interception {
+impl Drop for Undoable {
     fn drop(&mut self) {
         for cmd in self.undo.iter().rev() {
             let args: Vec<&str> = cmd.iter().map(String::as_str).collect();

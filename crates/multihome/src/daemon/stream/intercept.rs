@@ -15,10 +15,9 @@
 //! atomically if a crashed daemon left it) and in one rule and routing table per family
 //! numbered `table`; [`Interception`]'s drop removes exactly those.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ipnet::IpNet;
-use std::io::Write;
-use std::process::{Command, Stdio};
+use multihome_race::daemon::setup::Undoable;
 
 /// nftables table of stream mode.
 pub const TABLE: &str = "multihome_stream";
@@ -61,7 +60,7 @@ pub fn ruleset(lan: &[String], routes: &[IpNet], port: u16) -> String {
 /// Installed interception; dropping it removes the table, rules and routes.
 #[derive(Debug)]
 pub struct Interception {
-    undo: Vec<Vec<String>>,
+    undo: Undoable,
 }
 
 impl Interception {
@@ -74,14 +73,16 @@ impl Interception {
         table: u32,
         queue: Option<u16>,
     ) -> Result<Self> {
-        let mut me = Interception { undo: Vec::new() };
+        let mut me = Interception {
+            undo: Undoable::default(),
+        };
         let t = table.to_string();
         let mark = format!("{MARK:#x}/{MARK:#x}");
         for (fam, local, v6) in [("-4", "0.0.0.0/0", false), ("-6", "::/0", true)] {
             if !routes.iter().any(|r| matches!(r, IpNet::V6(_)) == v6) {
                 continue;
             }
-            me.run_undoable(
+            me.undo.add(
                 &[
                     "ip", fam, "rule", "add", "fwmark", &mark, "lookup", &t, "pref", &t,
                 ],
@@ -89,21 +90,17 @@ impl Interception {
                     "ip", fam, "rule", "del", "fwmark", &mark, "lookup", &t, "pref", &t,
                 ],
             )?;
-            me.run_undoable(
+            me.undo.add(
                 &[
                     "ip", fam, "route", "replace", "local", local, "dev", "lo", "table", &t,
                 ],
                 &["ip", fam, "route", "flush", "table", &t],
             )?;
         }
-        nft(&ruleset(lan, routes, port)).context("installing the stream-mode nftables table")?;
-        me.undo.push(vec![
-            "nft".into(),
-            "delete".into(),
-            "table".into(),
-            "inet".into(),
-            TABLE.into(),
-        ]);
+        let undo = ["nft", "delete", "table", "inet", TABLE];
+        me.undo
+            .load(&["nft", "-f", "-"], &ruleset(lan, routes, port), &undo)
+            .context("installing the stream-mode nftables table")?;
         // Last, so the chain that acts on the verdicts exists before any SYN is queued.
         if let Some(q) = queue {
             for rule in queue_rules(lan, routes, q) {
@@ -113,31 +110,12 @@ impl Interception {
                     .collect();
                 let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
                 let undo: Vec<&str> = undo.iter().map(String::as_str).collect();
-                // A rule left by a killed daemon would be duplicated: remove it first.
-                while run(&undo).is_ok() {}
-                me.run_undoable(&rule, &undo).context(
+                me.undo.add(&rule, &undo).context(
                     "queueing SYNs needs iptables with the NFQUEUE target; or set hold_syns = false",
                 )?;
             }
         }
         Ok(me)
-    }
-
-    fn run_undoable(&mut self, cmd: &[&str], undo: &[&str]) -> Result<()> {
-        run(cmd)?;
-        self.undo.push(undo.iter().map(|s| s.to_string()).collect());
-        Ok(())
-    }
-}
-
-impl Drop for Interception {
-    fn drop(&mut self) {
-        for cmd in self.undo.iter().rev() {
-            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            if let Err(e) = run(&args) {
-                tracing::warn!("stream mode: removing interception: {e:#}");
-            }
-        }
     }
 }
 
@@ -184,40 +162,6 @@ pub fn queue_rules(lan: &[String], routes: &[IpNet], q: u16) -> Vec<Vec<String>>
         }
     }
     out
-}
-
-fn run(cmd: &[&str]) -> Result<()> {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .with_context(|| format!("running `{}`: is it installed?", cmd[0]))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}",
-            cmd.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-fn nft(ruleset: &str) -> Result<()> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running `nft`: install the nftables package")?;
-    child
-        .stdin
-        .take()
-        .context("nft stdin")?
-        .write_all(ruleset.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!("nft -f: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
 }
 
 #[cfg(test)]
