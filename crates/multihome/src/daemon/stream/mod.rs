@@ -124,21 +124,18 @@ pub fn set_congestion_control(s: &impl std::os::fd::AsFd, name: &str) {
     }
 }
 
-/// Runs `f` on a new thread named `name` inside its own current-thread runtime.
+/// Runs `f` on a new thread named `name` inside its own current-thread runtime (the
+/// daemons' `block_on`).
 pub fn spawn_runtime<F, Fut>(name: &str, f: F) -> anyhow::Result<()>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let label = name.to_string();
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
-            let local = tokio::task::LocalSet::new();
-            if let Err(e) = local.block_on(&rt, f()) {
+            if let Err(e) = multihome_runtime::block_on(f()) {
                 tracing::error!("{label} stopped: {e:#}");
             }
         })?;
