@@ -580,6 +580,9 @@ class Topology:
         from ``lan0`` and carries it over kernel MPTCP; the server listens for it. ``cc``:
         the MPTCP subflows' congestion control on both sides (default: the daemons')."""
         if on:
+            # A restart (``reconfigure``) passes no ``cc``: keep the one set before, or the
+            # client would fall back to its default while the server kept the old one.
+            cc = cc or self.client_sections.get("stream", {}).get("congestion_control")
             self.client_sections["stream"] = {"lan": ["lan0"]}
             self.server_extra["stream"] = True
             if cc:

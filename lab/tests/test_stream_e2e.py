@@ -176,3 +176,30 @@ def test_a_link_that_delivers_nothing_costs_one_stagger_not_a_timeout(
     elapsed = time.monotonic() - started
     srv.wait(10)
     assert elapsed < 3.0, f"{elapsed:.2f} s: the connection waited for the dead link"
+
+
+def mptcp_subflow_ccs(topo: Topology) -> list[str]:
+    """The congestion control of each of the client's MPTCP subflows (``ss -tin``: the
+    info line under a socket starts with the algorithm's name)."""
+    lines = topo.cli.run(["ss", "-tin"]).stdout.splitlines()
+    return [ln.split()[0] for ln in lines if "tcp-ulp-mptcp" in ln and ln[:1].isspace()]
+
+
+def test_subflows_keep_the_configured_congestion_control_across_a_restart(
+    stream_topo: Topology,
+) -> None:
+    # Reno is built into every kernel and is nobody's default: seeing it on the subflows
+    # means the setting reached them, on both links, after the daemons restarted.
+    stream_topo.stop_for_restart()
+    stream_topo.set_stream(True, "reno")
+    stream_topo.start()
+    stream_topo.reconfigure(client_extra={"aggregate_scheduler": "weighted"})
+    transfer = stream_topo.transfer(120, "cubic")
+    seen: list[str] = []
+    deadline = time.monotonic() + 20
+    while len(seen) < 2 and time.monotonic() < deadline:
+        seen = mptcp_subflow_ccs(stream_topo)
+        time.sleep(0.2)
+    result = transfer.wait(timeout=60)
+    assert result.received_sha256 == result.expected_sha256, "bytes corrupted or lost"
+    assert len(seen) >= 2 and set(seen) == {"reno"}, f"subflows' congestion control: {seen}"
