@@ -16,7 +16,8 @@ File format (every key but ``name`` and ``[[link]]`` optional)::
     [[tunnel.rule]]               # [[policy.rule]] entries, verbatim
     [[link]]
     name = "dsl"
-    emulator = "linkem"           # or "tbf" (rate_mbit, loss_pct on a direct veth)
+    emulator = "linkem"           # or "tbf" (rate_mbit, loss_pct, tbf_latency_ms = its queue
+                                  # in ms at the rate, on a direct veth)
     offloads = false              # per-packet frames on this link
     seed = 1                      # linkem's loss/jitter seed
     [link.linkem.both]            # linkem's config, verbatim (both / a2b = up / b2a = down)
@@ -77,6 +78,7 @@ class Scenario:
                         name,
                         rate_mbit=link.get("rate_mbit"),
                         loss_pct=link.get("loss_pct", 0.0),
+                        tbf_latency_ms=link.get("tbf_latency_ms", 50),
                         offloads=link.get("offloads", True),
                     )
                 )

@@ -4,9 +4,9 @@ Role: issue 4 ("one TCP flow over unequal links at >= 95 % of their sum, arrivin
 On lab/scenarios/aggregate.toml, for each fixed case (50+20, 100+10, 30+20+10 Mbit/s with
 unequal delays, drop-tail queues of max(30 packets, 50 ms)) and each trace pair (synthetic
 Wi-Fi + LTE from ``linkem trace-gen``; the real Wi-Fi/cellular pairs of mptraces 7_1, 8_1,
-11_1, 13_1, 21_1, 23_2), build one topology and measure in turn, on the same links, one CUBIC flow through
-multihome (``aggregate_scheduler`` earliest and weighted; the trace pairs earliest only),
-kernel MPTCP and plain TCP over each link alone. Per system and run: goodput,
+11_1, 13_1, 21_1, 23_2), build one topology and measure in turn, on the same links, one
+CUBIC flow through multihome (``aggregate_scheduler`` earliest and weighted; the trace pairs
+earliest only), kernel MPTCP and plain TCP over each link alone. Per system and run: goodput,
 ``goodput_ratio`` (goodput / summed link rate; for traces the rate the traces offered while
 the flow ran), ratios to the best single link and to the sum of the single-link goodputs of
 the same run, the sender's retransmissions, ping RTT idle vs during, and for multihome the
@@ -29,6 +29,10 @@ Trace pairs: ``goodput_ratio`` is over the sum of the rates the traces offered d
 flow's own transfer (each trace restarts when the flow connects, so all systems see the same
 stretch), ``goodput_ratio_trace_mean`` over the traces' whole-period means, and a plain TCP
 flow's ``ratio_own_link`` over its own link's offered rate.
+
+Issue 20's case ``1000+1000`` (two 1 Gbit/s links, bar: >= 1.7 Gbit/s through multihome)
+runs on kernel tbf veths instead of linkem, whose user-space forwarding would spend a core of
+its own at that rate; it runs only when named (``--cases 1000+1000``).
 
 Usage (root, ~20 min with the defaults: 16 flows of 30 s on fixed cases, 16 on traces)::
 
@@ -179,14 +183,44 @@ def restart_traces(topo: Topology, links: list[dict]) -> None:
         topo.emulated[i].set("both", rate=f"trace:{lk['path']}")
 
 
+def tbf_links(sc: Scenario, case: dict) -> Scenario:
+    """The case's links as kernel tbf on direct veths (``emulator = "tbf"``): no linkem
+    process, so at Gbit/s rates the emulator costs no CPU of its own. tbf has a rate and a
+    queue (``queue_ms`` at the rate) but no delay or loss; offloads stay on unless the case
+    says ``offloads = false``."""
+    if any(case.get("delays_ms", [])) or any(case_losses(case)):
+        raise LabError(f"case {case['name']}: a tbf link has no delay or loss")
+    links = [
+        {"name": lk["name"], "emulator": "tbf", "rate_mbit": r,
+         "tbf_latency_ms": sc.bench["queue_ms"], "offloads": case.get("offloads", True)}
+        for lk, r in zip(sc.links, case["rates_mbit"], strict=False)
+    ]  # fmt: skip
+    return dataclasses.replace(subset(sc, len(case["rates_mbit"])), links=links)
+
+
+def case_topology(lab: Lab, sc: Scenario, case: dict) -> tuple[Topology, dict]:
+    """A fixed case's topology (linkem links, or tbf ones for ``emulator = "tbf"``) and the
+    link settings to record with its results."""
+    rates = case["rates_mbit"]
+    if case.get("emulator", "linkem") == "tbf":
+        tsc = tbf_links(sc, case)
+        settings = {
+            lk["name"]: {"emulator": "tbf", "rate": f"{lk['rate_mbit']:g}mbit",
+                         "queue_ms": sc.bench["queue_ms"], "offloads": lk["offloads"]}
+            for lk in tsc.links
+        }  # fmt: skip
+        return tsc.topology(lab), settings
+    overrides = case_overrides(sc, case)
+    return subset(sc, len(rates)).topology(lab, overrides=overrides), overrides
+
+
 def run_case(sc: Scenario, case: dict, seconds: float, runs: int) -> dict:
     b = sc.bench
     rates = case["rates_mbit"]
     n = len(rates)
-    overrides = case_overrides(sc, case)
-    out: dict = {**case, "sum_mbit": sum(rates), "links": overrides, "runs": []}
+    out: dict = {**case, "sum_mbit": sum(rates), "runs": []}
     with Lab() as lab:
-        topo = subset(sc, n).topology(lab, overrides=overrides)
+        topo, out["links"] = case_topology(lab, sc, case)
         enable_stream(topo, b["cc"])
         set_scheduler(topo, "earliest")
         mptcp.enable(topo)
@@ -291,13 +325,18 @@ def select(sc: Scenario, only: list[str] | None) -> tuple[list[dict], list[dict]
     """Cases and trace pairs named in ``only`` (``fixed`` and ``traces`` name the groups)."""
     cases, pairs = sc.bench["case"], sc.bench.get("trace_pair", [])
     if not only:
-        return cases, pairs
+        # ``named_only`` cases (the Gbit/s tbf one) run only when named.
+        return [c for c in cases if not c.get("named_only")], pairs
     wanted = set(only)
     known = {c["name"] for c in cases} | {p["name"] for p in pairs} | {"fixed", "traces"}
     if wanted - known:
         raise LabError(f"unknown aggregate cases {sorted(wanted - known)}; known: {sorted(known)}")
     return (
-        [c for c in cases if "fixed" in wanted or c["name"] in wanted],
+        [
+            c
+            for c in cases
+            if c["name"] in wanted or ("fixed" in wanted and not c.get("named_only"))
+        ],
         [p for p in pairs if "traces" in wanted or p["name"] in wanted],
     )
 

@@ -68,6 +68,10 @@ COMMANDS = {
     "--seconds 20 --tag stream-traces",
     "aggregate-stream-bbr": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20 --cc bbr "
     "--tag stream-bbr",
+    "aggregate-gbit": f"{PY} -m lab.bench aggregate --cases 1000+1000 --runs 3 --seconds 15 "
+    "--tag gbit",
+    "aggregate-gbit-bbr": f"{PY} -m lab.bench aggregate --cases 1000+1000 --runs 2 "
+    "--seconds 12 --cc bbr --tag gbit-bbr",
     "crosscheck": f"{PY} -m lab.bench crosscheck",
     "reorder": f"{PY} -m lab.bench reorder --runs 3",
     "cellular-drive": f"{PY} -m lab.bench cellular-drive",

@@ -255,7 +255,18 @@ impl Session {
 
     /// Whether any path is live.
     pub(super) fn any_live(&self, now: Instant) -> bool {
-        self.release_path(now, None).is_some()
+        self.has_release_path(now, None)
+    }
+
+    /// Whether queue `key` has a release path (`release_path(now, key).is_some()`): for
+    /// `only:` its link is live, else any path is (every candidate `release_path` weighs
+    /// is live). Asked for every packet the tunnel sends, so it skips the choice: at
+    /// 1 Gbit/s the ranking of live paths was 8 % of the client's CPU.
+    fn has_release_path(&self, now: Instant, key: Option<PathId>) -> bool {
+        match key {
+            Some(l) => self.is_live(now, l),
+            None => self.paths.iter().any(|s| self.is_live(now, s.path.id())),
+        }
     }
 
     /// The path held packets of queue `key` leave on: the link itself for `only:`; else
@@ -287,7 +298,7 @@ impl Session {
         }
         let key = key_of(policy);
         let unpaced = policy == Policy::Aggregate && !self.any_usable();
-        self.store.has(key) || unpaced || self.release_path(now, key).is_none()
+        self.store.has(key) || unpaced || !self.has_release_path(now, key)
     }
 
     /// Holds a new packet.
