@@ -4,9 +4,9 @@ Role: issue 4 ("one TCP flow over unequal links at >= 95 % of their sum, arrivin
 On lab/scenarios/aggregate.toml, for each fixed case (50+20, 100+10, 30+20+10 Mbit/s with
 unequal delays, drop-tail queues of max(30 packets, 50 ms)) and each trace pair (synthetic
 Wi-Fi + LTE from ``linkem trace-gen``; the real Wi-Fi/cellular pairs of mptraces 7_1, 8_1,
-11_1, 13_1, 21_1, 23_2), build one topology and measure in turn, on the same links, one CUBIC flow through
-multihome (``aggregate_scheduler`` earliest and weighted; the trace pairs earliest only),
-kernel MPTCP and plain TCP over each link alone. Per system and run: goodput,
+11_1, 13_1, 21_1, 23_2), build one topology and measure in turn, on the same links, one
+CUBIC flow through multihome (``aggregate_scheduler`` earliest and weighted; the trace
+pairs earliest only), kernel MPTCP and plain TCP over each link alone. Per system and run: goodput,
 ``goodput_ratio`` (goodput / summed link rate; for traces the rate the traces offered while
 the flow ran), ratios to the best single link and to the sum of the single-link goodputs of
 the same run, the sender's retransmissions, ping RTT idle vs during, and for multihome the
