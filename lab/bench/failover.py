@@ -87,18 +87,36 @@ def one_run(topo, system: str, *, seconds: float, cut_at: float, cut: int, port:
     }
 
 
+LABELS = {"mptcp": "kernel MPTCP", "stream": "multihome stream"}
+
+
+def one_system_run(topo, system: str, **kw) -> dict:  # noqa: ANN001, ANN003
+    """``one_run``, with the in-kernel path manager while kernel MPTCP is measured (stream
+    mode switches the client's namespace to the userspace one)."""
+    swap = system == "mptcp" and "stream" in topo.client_sections
+    if swap:
+        topo.cli.sysctl("net.mptcp.pm_type", 0)
+    try:
+        return one_run(topo, system, **kw)
+    finally:
+        if swap:
+            topo.cli.sysctl("net.mptcp.pm_type", 1)
+
+
 def run_config(sc, policy: str, systems: list[str], runs: int, b: dict) -> list[dict]:
     out = []
     with Lab() as lab:
         topo = sc.topology(lab, policy=policy)
+        if "stream" in systems:
+            topo.set_stream(True, "cubic")
         topo.start()
         if "mptcp" in systems:
             mptcp.enable(topo)
         cut_name = topo.links[b["cut_link"]].name
         for r in range(runs):
             for system in systems:
-                label = "kernel MPTCP" if system == "mptcp" else f"multihome {policy}"
-                res = one_run(
+                label = LABELS.get(system, f"multihome {policy}")
+                res = one_system_run(
                     topo,
                     system,
                     seconds=b["seconds"],
@@ -155,8 +173,8 @@ def main(runs: int = 3) -> dict:
     results: list[dict] = []
     for k, policy in enumerate(b["policies"]):
         progress(f"multihome policy {policy}")
-        # Kernel MPTCP rides along in the first topology (its own namespaces, same links).
-        systems = ["multihome", "mptcp"] if k == 0 else ["multihome"]
+        # Stream mode and kernel MPTCP ride along in the first topology (same links).
+        systems = ["multihome", "stream", "mptcp"] if k == 0 else ["multihome"]
         results.extend(run_config(sc, policy, systems, runs, b))
     summary = {}
     for label in dict.fromkeys(r["label"] for r in results):

@@ -203,3 +203,33 @@ def test_subflows_keep_the_configured_congestion_control_across_a_restart(
     result = transfer.wait(timeout=60)
     assert result.received_sha256 == result.expected_sha256, "bytes corrupted or lost"
     assert len(seen) >= 2 and set(seen) == {"reno"}, f"subflows' congestion control: {seen}"
+
+
+def test_a_link_the_tunnel_finds_dead_loses_its_subflow_and_gets_one_back(
+    stream_topo: Topology,
+) -> None:
+    # Link 0 drops everything mid-transfer: the tunnel has it Suspect within a few probe
+    # intervals, the client closes its subflow (the kernel resends that subflow's data in
+    # flight over link 1) and opens a new one once the tunnel has the link Up again. The
+    # user sees every byte arrive, once.
+    before = mptcp_counters(stream_topo.srv)
+    transfer = stream_topo.transfer(200, "cubic")
+    time.sleep(2)
+    stream_topo.blackhole(0)
+
+    def stream_counter(key: str) -> int:
+        return stream_status(stream_topo, "client")[key]
+
+    deadline = time.monotonic() + 10
+    while stream_counter("subflows_closed") < 1:
+        assert time.monotonic() < deadline, stream_status(stream_topo, "client")
+        time.sleep(0.1)
+    stream_topo.unblackhole(0)
+    deadline = time.monotonic() + 15
+    while stream_counter("subflows_reopened") < 1:
+        assert time.monotonic() < deadline, stream_status(stream_topo, "client")
+        time.sleep(0.1)
+    result = transfer.wait(timeout=90)
+    assert result.received_sha256 == result.expected_sha256, "bytes corrupted or lost"
+    joins = mptcp_counters(stream_topo.srv).get("MPJoinAckRx", 0) - before.get("MPJoinAckRx", 0)
+    assert joins >= 2, f"{joins} subflow joins: the link's subflow was not opened again"

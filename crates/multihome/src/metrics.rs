@@ -210,6 +210,14 @@ fn stream(out: &mut String, role: &str, s: &Value) {
             "subflows",
             "MPTCP subflows the client added beyond the first.",
         ),
+        (
+            "subflows_closed",
+            "MPTCP subflows the client closed, their link no longer Up in the tunnel.",
+        ),
+        (
+            "subflows_reopened",
+            "MPTCP subflows the client opened on a link back Up.",
+        ),
     ] {
         family(
             out,

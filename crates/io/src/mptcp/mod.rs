@@ -20,6 +20,7 @@
 //! `netlink-sys`. Layout and byte orders: `msg.rs`.
 
 mod msg;
+mod sockopt;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -37,6 +38,7 @@ pub use msg::{
     decode_event, MptcpEvent, PmAddr, PmMessage, CMD_GET_LIMITS, CMD_SET_LIMITS,
     CMD_SUBFLOW_CREATE, CMD_SUBFLOW_DESTROY,
 };
+pub use sockopt::{mptcp_info, subflow_addrs, MptcpInfo};
 
 use crate::netlink::NetlinkError;
 use crate::sysctl::{self, SysctlError};
@@ -222,7 +224,7 @@ impl Pm {
         let l = PmAddr {
             addr: local,
             id: Some(local_id),
-            subflow_flag: true,
+            flags: Some(msg::FLAG_SUBFLOW),
             ifindex,
         };
         self.command(
@@ -241,7 +243,7 @@ impl Pm {
         let l = PmAddr {
             addr: local,
             id: None,
-            subflow_flag: false,
+            flags: None,
             ifindex: None,
         };
         self.command(
@@ -368,51 +370,6 @@ pub fn bind_detour_socket(ip: IpAddr) -> io::Result<LinkSocket> {
         }
     }
     Err(last)
-}
-
-/// What `MPTCP_INFO` (`getsockopt(SOL_MPTCP)`) says of an MPTCP socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MptcpInfo {
-    /// The connection's local token (the path manager's handle).
-    pub token: u32,
-    /// Subflows besides the initial one.
-    pub subflows: u8,
-    /// The peer does not speak MPTCP: the connection fell back to plain TCP.
-    pub fallback: bool,
-}
-
-/// Reads `MPTCP_INFO` of an MPTCP socket (`struct mptcp_info`, uapi `linux/mptcp.h`:
-/// `mptcpi_subflows` at byte 0, `mptcpi_flags` at 8, `mptcpi_token` at 12).
-pub fn mptcp_info(fd: BorrowedFd<'_>) -> io::Result<MptcpInfo> {
-    const SOL_MPTCP: libc::c_int = 284;
-    const MPTCP_INFO: libc::c_int = 1;
-    const FLAG_FALLBACK: u32 = 1;
-    let mut buf = [0u8; 64];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is valid for `len` bytes and the kernel writes at most `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            SOL_MPTCP,
-            MPTCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if len < 16 {
-        return Err(io::Error::other(
-            "MPTCP_INFO shorter than 16 bytes: kernel too old",
-        ));
-    }
-    let word = |at: usize| u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-    Ok(MptcpInfo {
-        token: word(12),
-        subflows: buf[0],
-        fallback: word(8) & FLAG_FALLBACK != 0,
-    })
 }
 
 /// Reads `net.mptcp.pm_type` (0 in-kernel, 1 userspace) of the calling thread's namespace.

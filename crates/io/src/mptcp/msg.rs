@@ -43,8 +43,8 @@ const ADDR_ADDR6: u16 = 4;
 const ADDR_PORT: u16 = 5;
 const ADDR_FLAGS: u16 = 6;
 const ADDR_IF_IDX: u16 = 7;
-/// `MPTCP_PM_ADDR_FLAG_SUBFLOW`.
-const FLAG_SUBFLOW: u32 = 1 << 1;
+/// `MPTCP_PM_ADDR_FLAG_SUBFLOW`: the local address of a subflow create.
+pub const FLAG_SUBFLOW: u32 = 1 << 1;
 const NLA_F_NESTED: u16 = 1 << 15;
 
 // MPTCP_EVENT_*
@@ -134,8 +134,8 @@ pub struct PmAddr {
     pub addr: SocketAddr,
     /// The local address id (local addresses only).
     pub id: Option<u8>,
-    /// Whether to send `FLAGS = SUBFLOW` (local address of a subflow create).
-    pub subflow_flag: bool,
+    /// `FLAGS` to send (e.g. [`FLAG_SUBFLOW`]); none if `None`.
+    pub flags: Option<u32>,
     /// The interface the subflow is bound to (local address of a subflow create), so it
     /// leaves by that link whatever the routing table says.
     pub ifindex: Option<u32>,
@@ -156,7 +156,7 @@ impl PmMessage {
         let remote = PmAddr {
             addr: remote,
             id: None,
-            subflow_flag: false,
+            flags: None,
             ifindex: None,
         };
         PmMessage {
@@ -214,11 +214,8 @@ fn nested(kind: u16, a: &PmAddr) -> DefaultNla {
             a.addr.port().to_ne_bytes().to_vec(),
         ));
     }
-    if a.subflow_flag {
-        inner.push(DefaultNla::new(
-            ADDR_FLAGS,
-            FLAG_SUBFLOW.to_ne_bytes().to_vec(),
-        ));
+    if let Some(flags) = a.flags {
+        inner.push(DefaultNla::new(ADDR_FLAGS, flags.to_ne_bytes().to_vec()));
     }
     if let Some(ix) = a.ifindex {
         inner.push(DefaultNla::new(ADDR_IF_IDX, ix.to_ne_bytes().to_vec()));
@@ -393,7 +390,7 @@ mod tests {
         let local = PmAddr {
             addr: "10.0.1.2:4321".parse().unwrap(),
             id: Some(3),
-            subflow_flag: true,
+            flags: Some(FLAG_SUBFLOW),
             ifindex: None,
         };
         let m = PmMessage::subflow(

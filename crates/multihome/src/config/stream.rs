@@ -37,6 +37,7 @@ pub struct StreamSection {
     hold_syns: Option<bool>,
     queue_num: Option<Spanned<u16>>,
     congestion_control: Option<Spanned<String>>,
+    follow_tunnel: Option<bool>,
 }
 
 /// Stream mode of the client.
@@ -55,6 +56,9 @@ pub struct StreamSettings {
     pub hold_syns: Option<u16>,
     /// Congestion control of the MPTCP subflows (`TCP_CONGESTION`).
     pub congestion_control: String,
+    /// Steer the subflows by the tunnel's link states: close a link's subflow when the
+    /// tunnel no longer holds it Up, open one when it is Up again (docs/STREAM.md).
+    pub follow_tunnel: bool,
 }
 
 /// Validates `[stream]`.
@@ -113,6 +117,7 @@ pub fn parse(
             (true, Some(q)) => Some(*q.get_ref()),
         },
         congestion_control: parse_congestion_control(src, s.congestion_control.as_ref())?,
+        follow_tunnel: s.follow_tunnel.unwrap_or(true),
     }))
 }
 

@@ -427,9 +427,16 @@ fn stream_section_defaults_and_mistakes() {
     assert_eq!(s.max_connections, stream::DEFAULT_MAX_CONNECTIONS);
     assert_eq!(s.hold_syns, Some(stream::DEFAULT_QUEUE_NUM));
     assert_eq!(s.congestion_control, "bbr");
-    let off =
-        client(&(base.clone() + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\n")).unwrap();
-    assert_eq!(off.stream.unwrap().hold_syns, None);
+    assert!(s.follow_tunnel);
+    let off = client(
+        &(base.clone()
+            + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\nfollow_tunnel = false\n"),
+    )
+    .unwrap()
+    .stream
+    .unwrap();
+    assert_eq!(off.hold_syns, None);
+    assert!(!off.follow_tunnel);
     for (bad, line, words) in [
         ("[stream]\n", 17, "lan"),
         (

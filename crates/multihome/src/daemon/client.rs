@@ -62,7 +62,10 @@ async fn run_loop(
     let tun = setup_tun(&s.tun_name, s.mtu, &s.tun_addresses)?;
     add_routes(&s)?;
     // Removes the interception when dropped, at the end of this function.
-    let stream = super::stream::client::start(&s, &key)?;
+    let (states_tx, states_rx) = super::stream::steer::link_states();
+    // Without `follow_tunnel` nothing publishes: the subflows are the kernel's alone.
+    let follow = s.stream.as_ref().is_some_and(|st| st.follow_tunnel);
+    let stream = super::stream::client::start(&s, &key, states_rx)?;
     let detours = super::detours::Detours::new(&s, key.clone(), clock.epoch_us, super::os_seed()?);
     let base = client_config(&s, key, &clock);
     let mut client = Client::with_rng_seed(base.clone(), super::os_seed()?);
@@ -110,7 +113,16 @@ async fn run_loop(
     tracing::info!(tun = %s.tun_name, mtu = s.mtu, "client running");
     let core = ClientCore::new(client, names)
         .with_detours(detours)
-        .with_policies(&s.classifier);
+        .with_policies(&s.classifier)
+        .with_stream(
+            stream
+                .as_ref()
+                .filter(|_| follow)
+                .map(|st| super::core::StreamLinks {
+                    states: states_tx,
+                    stats: st.stats.clone(),
+                }),
+        );
     let mut driver = Driver::new(core, tun, bind, clock).reload_on_hangup()?;
     driver.run(&services, &mut watch, shutdown_signal()).await?;
     tracing::info!("shutting down");

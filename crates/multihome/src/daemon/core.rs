@@ -81,6 +81,17 @@ pub struct ClientCore {
     /// do, so a later link given the same id goes on in step with the server; status
     /// leaves them out.
     retired: Vec<PathId>,
+    /// Stream mode, if on: it is told each link's state and keeps the paths probed while
+    /// it has connections (`stream/steer.rs`).
+    stream: Option<StreamLinks>,
+}
+
+/// What the client core shares with stream mode's thread.
+pub struct StreamLinks {
+    /// Where each link's tunnel state is published.
+    pub states: tokio::sync::watch::Sender<Vec<multihome_proto::path::PathState>>,
+    /// Stream mode's counters (its open connections).
+    pub stats: std::sync::Arc<super::stream::StreamStats>,
 }
 
 impl ClientCore {
@@ -95,7 +106,14 @@ impl ClientCore {
             naming: None,
             policies: None,
             retired: Vec::new(),
+            stream: None,
         }
+    }
+
+    /// Steers stream mode's subflows by the links' states (`None`: stream mode is off).
+    pub fn with_stream(mut self, stream: Option<StreamLinks>) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// Shows `classifier` (the config's flow classes) in the status document.
@@ -204,6 +222,14 @@ impl Core for ClientCore {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        let stream_open = self
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.stats.active.load(std::sync::atomic::Ordering::Relaxed) > 0);
+        if stream_open {
+            // Its connections' subflows follow the links' states: keep them fresh.
+            self.client.keep_active(now);
+        }
         self.client.handle_timeout(now);
         if let Some(d) = &mut self.detours {
             d.handle_timeout(now, &mut self.client, &mut self.link_names);
@@ -217,6 +243,11 @@ impl Core for ClientCore {
     fn log_events(&mut self) {
         while let Some(e) = self.client.poll_event() {
             tracing::info!(event = ?e, "session event");
+            if let (Some(s), multihome_proto::session::Event::PathState(id, st)) =
+                (&self.stream, &e)
+            {
+                super::stream::steer::publish(&s.states, id.0 as usize, *st);
+            }
         }
         if self.client.is_established() != self.was_established {
             self.was_established = self.client.is_established();

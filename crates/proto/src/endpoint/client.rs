@@ -227,6 +227,12 @@ impl Client {
         &self.links
     }
 
+    /// Keeps the paths probed as while data flows (`Session::keep_active`): traffic
+    /// outside the tunnel (stream mode) is steered by their liveness.
+    pub fn keep_active(&mut self, now: Instant) {
+        self.session.keep_active(now);
+    }
+
     /// Whether keys are established.
     pub fn is_established(&self) -> bool {
         self.established

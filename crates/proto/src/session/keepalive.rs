@@ -53,6 +53,13 @@ use super::transmit::Job;
 const SERVER_IDLE_HALVES: u32 = 5;
 
 impl Session {
+    /// Traffic the session does not carry depends on its paths' liveness (stream mode's
+    /// MPTCP subflows, steered by it): probe the paths as for user data, until
+    /// `keepalive` after the last such call.
+    pub fn keep_active(&mut self, now: Instant) {
+        self.note_data(now);
+    }
+
     /// User data (or parity) was sent or received: the session is active.
     pub(super) fn note_data(&mut self, now: Instant) {
         self.last_data = Some(self.last_data.map_or(now, |t| t.max(now)));

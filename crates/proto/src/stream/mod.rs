@@ -16,6 +16,7 @@
 pub mod handshake;
 pub mod record;
 pub mod replay;
+pub mod subflows;
 
 pub use handshake::{ConnectStatus, StreamInitiator, StreamResponder, Target};
 pub use record::{Record, RecordOpener, RecordSealer, MAX_DATA};

@@ -15,6 +15,7 @@
 use super::held::Held;
 use super::intercept::Interception;
 use super::relay::{read_frame, write_frame, Relay};
+use super::steer::LinkStates;
 use super::{
     handshake_timestamp, spawn_runtime, StreamStats, CONNECT_STAGGER, CONNECT_TIMEOUT,
     HANDSHAKE_TIMEOUT,
@@ -25,6 +26,7 @@ use multihome_io::mptcp::{mptcp_info, set_pm_type, set_userspace_pm, Pm};
 use multihome_io::netlink::{interface_addresses, link_index, link_is_up};
 use multihome_proto::crypto::{PublicKey, StaticSecret};
 use multihome_proto::stream::handshake::HANDSHAKE_MAX;
+use multihome_proto::stream::subflows::first_subflow_order;
 use multihome_proto::stream::{ConnectStatus, StreamInitiator};
 use multihome_race::core::Flow;
 use multihome_race::daemon::attempt::{listeners, reset};
@@ -58,37 +60,54 @@ impl Drop for ClientStream {
 
 /// One link as stream mode uses it.
 #[derive(Clone)]
-struct Link {
-    name: String,
+pub struct Link {
+    pub(super) name: String,
     interface: String,
     /// The server's address over this link; the MPTCP port is the same number (TCP).
-    server: SocketAddr,
+    pub(super) server: SocketAddr,
 }
 
 /// A link usable now: its interface index and local address.
-struct Usable<'a> {
-    link: &'a Link,
+pub struct Usable<'a> {
+    pub(super) link: &'a Link,
     ifindex: u32,
-    local: IpAddr,
+    pub(super) local: IpAddr,
 }
 
 /// What every connection's task shares.
 pub struct Ctx {
-    links: Vec<Link>,
+    pub(super) links: Vec<Link>,
     key: StaticSecret,
     server_key: PublicKey,
     last_ts: AtomicU64,
     congestion_control: String,
-    pm: RefCell<Pm>,
+    pub(super) pm: RefCell<Pm>,
     fallback_logged: std::cell::Cell<bool>,
+    /// The tunnel's state of each link (`steer`).
+    states: LinkStates,
     /// The counters.
     pub stats: Arc<StreamStats>,
     /// Held SYNs (`hold_syns`).
     pub held: Option<Held>,
 }
 
-/// Starts stream mode if `[stream]` is configured.
-pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStream>> {
+impl Ctx {
+    /// A usable link's index in the configuration (the tunnel's path id).
+    pub(super) fn link_index(&self, u: &Usable<'_>) -> usize {
+        self.links
+            .iter()
+            .position(|x| x.name == u.link.name)
+            .unwrap_or(usize::MAX)
+    }
+}
+
+/// Starts stream mode if `[stream]` is configured; `states` are the tunnel's link states
+/// its subflows are steered by.
+pub fn start(
+    s: &ClientSettings,
+    key: &StaticSecret,
+    states: LinkStates,
+) -> Result<Option<ClientStream>> {
     let Some(cfg) = s.stream.clone() else {
         return Ok(None);
     };
@@ -146,6 +165,7 @@ pub fn start(s: &ClientSettings, key: &StaticSecret) -> Result<Option<ClientStre
             congestion_control: cc,
             pm: RefCell::new(pm),
             fallback_logged: Default::default(),
+            states,
             held,
         });
         tokio::task::spawn_local(super::held::queue_loop(ctx.clone()));
@@ -216,7 +236,20 @@ async fn serve(ctx: &Ctx, lan: TcpStream, client: SocketAddr) {
                 stats: &ctx.stats,
                 plain_is_lan: true,
             };
-            ctx.stats.ended(relay.run(lan, enc, sealer, opener).await);
+            // The subflows are steered while the relay runs, and no longer: the steering
+            // task's duplicate of the socket closes with it.
+            let steering = steer_target(&enc);
+            let run = relay.run(lan, enc, sealer, opener);
+            let outcome = match steering {
+                Some((token, fd)) => {
+                    tokio::select! {
+                        o = run => o,
+                        () = super::steer::run(ctx, token, fd, ctx.states.clone()) => unreachable!(),
+                    }
+                }
+                None => run.await,
+            };
+            ctx.stats.ended(outcome);
         }
         Ok((status, ..)) => {
             tracing::debug!(%target, ?status, "stream: destination did not connect");
@@ -231,6 +264,13 @@ async fn serve(ctx: &Ctx, lan: TcpStream, client: SocketAddr) {
     }
 }
 
+/// The token and a duplicate fd of an MPTCP connection to steer (none after a fallback to
+/// plain TCP).
+fn steer_target(enc: &TcpStream) -> Option<(u32, std::os::fd::OwnedFd)> {
+    let info = mptcp_info(enc.as_fd()).ok().filter(|i| !i.fallback)?;
+    Some((info.token, enc.as_fd().try_clone_to_owned().ok()?))
+}
+
 /// A stream's outcome, its MPTCP connection and record keys.
 pub type Opened = (
     ConnectStatus,
@@ -241,7 +281,7 @@ pub type Opened = (
 
 /// The MPTCP connection and its handshake; subflows once the server answered.
 pub async fn open(ctx: &Ctx, target: SocketAddr) -> Result<Opened> {
-    let usable = usable_links(&ctx.links);
+    let usable = ordered(ctx, usable_links(&ctx.links));
     anyhow::ensure!(!usable.is_empty(), "no link is usable (up with an address)");
     let (won, mut enc) = race_connect(&usable, &ctx.congestion_control).await?;
     let _ = enc.set_nodelay(true);
@@ -340,32 +380,52 @@ fn add_subflows(ctx: &Ctx, enc: &TcpStream, others: &[&Usable<'_>]) {
             return;
         }
     };
-    for (i, l) in others.iter().enumerate() {
-        let id = ctx
-            .links
-            .iter()
-            .position(|x| x.name == l.link.name)
-            .unwrap_or(i) as u8
-            + 1;
-        let local = SocketAddr::new(l.local, 0);
-        let res = ctx.pm.borrow_mut().subflow_create_on(
-            info.token,
-            id,
-            local,
-            Some(l.ifindex),
-            l.link.server,
-        );
-        match res {
-            Ok(()) => {
-                ctx.stats.subflows.fetch_add(1, Relaxed);
-            }
-            Err(e) => tracing::warn!(link = %l.link.name, "stream: adding a subflow: {e}"),
+    for l in others {
+        create_subflow(ctx, info.token, l);
+    }
+}
+
+/// Adds a subflow over `l` to connection `token` (local address id = link index + 1);
+/// whether the kernel took it.
+pub(super) fn create_subflow(ctx: &Ctx, token: u32, l: &Usable<'_>) -> bool {
+    let id = (ctx.link_index(l) as u8).wrapping_add(1);
+    let local = SocketAddr::new(l.local, 0);
+    let res =
+        ctx.pm
+            .borrow_mut()
+            .subflow_create_on(token, id, local, Some(l.ifindex), l.link.server);
+    match res {
+        Ok(()) => {
+            ctx.stats.subflows.fetch_add(1, Relaxed);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(link = %l.link.name, "stream: adding a subflow: {e}");
+            false
         }
     }
 }
 
+/// The usable links in the order the first subflow tries them: links the tunnel holds
+/// Down last.
+fn ordered<'a>(ctx: &Ctx, usable: Vec<Usable<'a>>) -> Vec<Usable<'a>> {
+    let states = ctx.states.borrow().clone();
+    let order = first_subflow_order(&states, ctx.links.len());
+    let mut slots: Vec<Option<Usable<'a>>> = usable.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(slots.len());
+    for link in order {
+        if let Some(slot) = slots.iter_mut().find(|u| {
+            u.as_ref()
+                .is_some_and(|u| ctx.links.get(link).is_some_and(|l| l.name == u.link.name))
+        }) {
+            out.extend(slot.take());
+        }
+    }
+    out
+}
+
 /// Links whose interface is up with an address of the server's family (not link-local).
-fn usable_links(links: &[Link]) -> Vec<Usable<'_>> {
+pub(super) fn usable_links(links: &[Link]) -> Vec<Usable<'_>> {
     links
         .iter()
         .filter_map(|link| {

@@ -21,6 +21,7 @@ pub mod held;
 pub mod intercept;
 pub mod relay;
 pub mod server;
+pub mod steer;
 
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -62,6 +63,10 @@ pub struct StreamStats {
     pub bytes_down: AtomicU64,
     /// Subflows added (client) over links other than the first.
     pub subflows: AtomicU64,
+    /// Subflows closed because the tunnel saw their link leave Up (client).
+    pub subflows_closed: AtomicU64,
+    /// Subflows opened on a link back Up that had none (client; also in `subflows`).
+    pub subflows_reopened: AtomicU64,
 }
 
 impl StreamStats {
@@ -79,6 +84,8 @@ impl StreamStats {
             "bytes_up": g(&self.bytes_up),
             "bytes_down": g(&self.bytes_down),
             "subflows": g(&self.subflows),
+            "subflows_closed": g(&self.subflows_closed),
+            "subflows_reopened": g(&self.subflows_reopened),
         })
     }
 

@@ -267,3 +267,36 @@ fn a_path_dead_one_way_while_idle_is_found_by_both_sides() {
         assert_eq!(st, PathState::Up);
     }
 }
+
+/// Stream mode carries its traffic outside the tunnel, so the session itself is idle; the
+/// daemon calls `keep_active` while stream connections are open, every probe interval at
+/// most. After a minute idle the session is kept active, and link 0 dies 2 s later: the
+/// client has it Down within detect + a probe interval, as for a link that dies under
+/// data, not a keepalive (5 s) later.
+#[test]
+fn a_session_kept_active_finds_a_dead_link_as_under_data() {
+    let cfg = session_cfg();
+    let probe = PathConfig::from_detect(cfg.detect).probe_interval;
+    let mut p = pair(65);
+    p.run_until(p.now + Duration::from_secs(60));
+    let start = p.now;
+    let cut = start + Duration::from_secs(2);
+    let end = cut + Duration::from_secs(3);
+    while p.now < end {
+        let now = p.now;
+        p.client.keep_active(now);
+        if now >= cut && !p.up[0].blackhole {
+            p.set_blackhole(0, true);
+        }
+        p.run_until(now + probe / 2);
+    }
+    let down = Event::PathState(PathId(0), PathState::Down);
+    let t = first_event_after(&p.client_events, cut, &down).expect("link 0 Down");
+    let after = t.saturating_since(cut);
+    eprintln!("kept active: link 0 Down {after:?} after the cut");
+    assert!(after <= cfg.detect + probe, "{after:?}");
+    // Kept active, link 1 was probed at the fast rate (4 PINGs and their ACKs a second
+    // from the client alone), not every keepalive.
+    let probes = sent_on(&p, 1, start, cut);
+    assert!(probes >= 8, "{probes} datagrams on link 1 in 2 s");
+}
