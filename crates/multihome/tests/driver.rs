@@ -219,3 +219,76 @@ async fn packets_cross_client_and_server_drivers_intact() {
     .expect("the transfer finished in time");
     assert_eq!(net.dropped(), 0, "the in-memory network dropped datagrams");
 }
+
+/// Numbers from here up mark the packets the server's host echoes.
+const ECHO: u32 = 1 << 29;
+
+/// A host that answers a delivered packet at once (the kernel's echo reply, the ACK of a
+/// TCP segment) gets its answer back through the tunnel intact, one `send` per echoed ping
+/// at the server. (The driver reads the device again right after delivering, so on a real
+/// TUN the answer leaves without another wake-up; the in-memory device is always ready, so
+/// this test sees the bytes and the sends, not the wake-ups: the lab's overhead bench
+/// counts those.)
+#[tokio::test]
+async fn an_answer_the_host_gives_at_once_leaves_in_the_same_send() {
+    let server_addr: SocketAddr = "10.9.9.9:7000".parse().unwrap();
+    let link: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+    let net = MemNet::new();
+    let (mut client, server) = cores();
+    client.add_link(Instant::ZERO, PathId(0), server_addr);
+    let (cdev, chost) = mem::device();
+    let (sdev, shost) = mem::device();
+    let core = ClientCore::new(client, vec!["a".to_string()]);
+    let mut cdrv = Driver::new(core, cdev, net.bind(vec![link]), Clock::new());
+    let mut sdrv = Driver::new(server, sdev, net.bind(vec![server_addr]), Clock::new());
+    let (stop_c, stopped_c) = tokio::sync::oneshot::channel::<()>();
+    let (stop_s, stopped_s) = tokio::sync::oneshot::channel::<()>();
+    let services = Services::default();
+    let client_loop = async {
+        let stop = async {
+            let _ = stopped_c.await;
+        };
+        cdrv.run(&services, &mut NoWatch, stop).await.unwrap();
+    };
+    let server_loop = async {
+        let stop = async {
+            let _ = stopped_s.await;
+        };
+        sdrv.run(&services, &mut NoWatch, stop).await.unwrap();
+    };
+    let count = 20;
+    let test = async {
+        assert_intact(&transfer(&chost, &shost, true, 10).await, true, 10);
+        shost.answer_at_once(|p| {
+            let n = number(p);
+            (n >= ECHO).then(|| packet(false, n, p.len()))
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = net.sends_from(server_addr);
+        for n in ECHO..ECHO + count {
+            chost.send(packet(true, n, 100));
+            let answer = loop {
+                let got = chost.take_received();
+                if let Some(p) = got.into_iter().find(|p| number(p) == n) {
+                    break p;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            assert_eq!(answer, packet(false, n, 100), "echo {n} changed on the way");
+        }
+        let sends = net.sends_from(server_addr) - before;
+        stop_c.send(()).unwrap();
+        stop_s.send(()).unwrap();
+        sends
+    };
+    let (_, _, sends) = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::join!(client_loop, server_loop, test)
+    })
+    .await
+    .expect("the pings were answered in time");
+    println!("server sends for {count} echoed pings: {sends}");
+    assert!(
+        sends <= u64::from(count) + 2,
+        "{sends} sends at the server for {count} echoed pings"
+    );
+}

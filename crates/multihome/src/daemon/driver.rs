@@ -1,9 +1,10 @@
 //! The one event loop of both daemons: it owns a [`Core`], a [`PacketDevice`] and a
 //! [`DatagramBind`] and moves bytes between them, on a tokio current-thread runtime.
 //!
-//! Each turn: flush (everything the core wants to send, batched per socket with one
-//! `sendmmsg` each; everything it has to deliver, coalesced by the device; its events
-//! logged), then wait for the first of: shutdown, the core's deadline, the device readable,
+//! Each turn: flush (everything the core has to deliver, coalesced by the device, then
+//! the device read again for what the host answered at once; timers already due;
+//! everything the core wants to send, batched per socket with one `sendmmsg` each; its
+//! events logged), then wait for the first of: shutdown, the core's deadline, the device readable,
 //! a socket readable, the role's own [`Watch`] (the client's netlink watcher), a control
 //! request (status, or reload: the watch re-reads the config), SIGHUP (reload, where the
 //! role asked for it), a metrics or dashboard connection, or the dashboard's once-a-second
@@ -230,16 +231,29 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
     ) -> Result<()> {
         tokio::pin!(shutdown);
         let mut tick = Live::tick();
+        // One timer for the loop's life, moved only when the core's deadline changes: a
+        // new `Sleep` every turn cost a timer-wheel insert and removal per wake-up.
+        let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
+        tokio::pin!(sleep);
+        let mut armed = None;
         loop {
             self.flush();
-            let sleep = tokio::time::sleep_until(self.clock.deadline(self.core.poll_timeout()));
+            let due = self.core.poll_timeout();
+            if armed != Some(due) {
+                sleep.as_mut().reset(self.clock.deadline(due));
+                armed = Some(due);
+            }
             let (device, bind) = (&mut self.device, &mut self.bind);
             let hangup = &mut self.hangup;
             // select! drops every branch's future before running a handler, so the
             // handlers may use what the futures borrowed.
             tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                _ = sleep => self.core.handle_timeout(self.clock.now()),
+                _ = &mut sleep => {
+                    // Fired: re-arm on the next turn even if the deadline is the same.
+                    armed = None;
+                    self.core.handle_timeout(self.clock.now());
+                }
                 r = poll_fn(|cx| device.poll_readable(cx)) => {
                     r?;
                     self.read_device();
@@ -314,10 +328,36 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
         self.flush();
     }
 
-    /// Sends everything the core has queued (batched per socket), tells it of sockets
-    /// that vanished, delivers everything it has received, and logs its events.
+    /// Delivers everything the core has received (and reads what the host answered at
+    /// once), runs timers already due, sends everything the core has queued (batched per
+    /// socket), tells it of sockets that vanished, and logs its events.
     pub fn flush(&mut self) {
-        let now = self.clock.now();
+        // Delivered first, then the device read once more: what the host's stack answers
+        // at once to a delivered packet (an echo reply, the ACK of a TCP segment, produced
+        // while the write is processed) is then sealed and sent in this same turn, with
+        // whatever else is due, instead of one more wake-up and `sendmmsg` later.
+        let mut delivered = false;
+        while let Some(n) = self.core.poll_deliver(&mut self.deliver) {
+            self.device.write_packet(&self.deliver[..n]);
+            delivered = true;
+        }
+        self.device.flush();
+        if delivered {
+            let (core, clock) = (&mut self.core, &self.clock);
+            drain(|| {
+                let now = clock.now();
+                self.device
+                    .read_packets_now(|p| core.handle_tun_packet(now, p))
+            });
+        }
+        let mut now = self.clock.now();
+        // Timers due now (an ACK owed at once, say) run here rather than through the
+        // runtime's timer, which would cost an unpark, a wake-up and a `sendmmsg` of
+        // their own.
+        if self.core.poll_timeout().is_some_and(|t| t <= now) {
+            self.core.handle_timeout(now);
+            now = self.clock.now();
+        }
         let core = &mut self.core;
         let mut build = |buf: &mut [u8]| core.poll_transmit(now, buf);
         while self.tx.fill(&mut build) {
@@ -327,10 +367,6 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
         for i in self.gone.drain(..) {
             self.core.link_gone(now, PathId(i as u8));
         }
-        while let Some(n) = self.core.poll_deliver(&mut self.deliver) {
-            self.device.write_packet(&self.deliver[..n]);
-        }
-        self.device.flush();
         self.core.log_events();
     }
 

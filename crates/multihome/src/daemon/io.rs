@@ -48,6 +48,11 @@ pub trait PacketDevice {
     /// hands each IP packet to `f`. `WouldBlock` when nothing is waiting, which clears the
     /// readiness.
     fn read_packets(&mut self, f: impl FnMut(&[u8])) -> io::Result<()>;
+    /// As [`Self::read_packets`], but tries the read even when no readiness was reported
+    /// (just after a write, to pick up what the host's stack answered at once).
+    fn read_packets_now(&mut self, f: impl FnMut(&[u8])) -> io::Result<()> {
+        self.read_packets(f)
+    }
     /// Queues one IP packet for the host; it may be coalesced with the next ones.
     fn write_packet(&mut self, packet: &[u8]);
     /// Writes everything queued since the last flush.
@@ -104,18 +109,33 @@ impl TunDevice {
     }
 }
 
+impl TunDevice {
+    /// Hands the packets of the frame read (`n` bytes) to `f`.
+    fn split(&mut self, n: usize, mut f: impl FnMut(&[u8])) {
+        if let Err(e) = split_gso(&self.frame[..n], &mut self.scratch, &mut f) {
+            tracing::debug!("dropping a TUN frame: {e}");
+        }
+    }
+}
+
 impl PacketDevice for TunDevice {
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // The guard is dropped without clearing: `read_packets` clears on "would block".
         self.fd.poll_read_ready(cx).map_ok(drop)
     }
 
-    fn read_packets(&mut self, mut f: impl FnMut(&[u8])) -> io::Result<()> {
+    fn read_packets(&mut self, f: impl FnMut(&[u8])) -> io::Result<()> {
         let frame = &mut self.frame;
         let n = self.fd.try_io(Interest::READABLE, |t| t.recv(frame))?;
-        if let Err(e) = split_gso(&self.frame[..n], &mut self.scratch, &mut f) {
-            tracing::debug!("dropping a TUN frame: {e}");
-        }
+        self.split(n, f);
+        Ok(())
+    }
+
+    fn read_packets_now(&mut self, f: impl FnMut(&[u8])) -> io::Result<()> {
+        // Past tokio's readiness (which only epoll sets): the frame is there or not. The
+        // readiness left set by its epoll event later costs one "would block" read.
+        let n = self.fd.get_ref().recv(&mut self.frame)?;
+        self.split(n, f);
         Ok(())
     }
 
@@ -148,7 +168,21 @@ fn recv_on(
     bufs: &mut [RecvBuf],
     mut f: impl FnMut(SocketAddr, &mut [u8]),
 ) -> io::Result<usize> {
-    let n = sock.try_io(Interest::READABLE, |s| s.recv_batch(bufs))?;
+    let mut n = 0;
+    let r = sock.try_io(Interest::READABLE, |s| {
+        n = s.recv_batch(bufs)?;
+        if n < bufs.len().min(multihome_io::udp::BATCH_MAX) {
+            // A short batch means recvmmsg found the queue empty: say "would block", which
+            // clears the readiness, so the drain does not spend another system call to
+            // learn it. tokio clears only if no newer event came in, and with edge-triggered
+            // epoll a datagram arriving after the recvmmsg is a newer event.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(())
+    });
+    if n == 0 {
+        r?;
+    }
     let mut datagrams = 0;
     for rb in &mut bufs[..n] {
         let from = rb.source();

@@ -39,6 +39,8 @@ struct NetInner {
     spare: Vec<Vec<u8>>,
     /// Datagrams dropped: no such address, or its mailbox full.
     dropped: u64,
+    /// `send` calls (a real bind's `sendmmsg`s) per sending address.
+    sends: HashMap<SocketAddr, u64>,
 }
 
 /// A network of in-memory UDP addresses. Clones share it.
@@ -68,6 +70,12 @@ impl MemNet {
     /// Datagrams dropped so far.
     pub fn dropped(&self) -> u64 {
         self.inner.borrow().dropped
+    }
+
+    /// `send` calls made so far by the socket at `local` (a real bind makes one `sendmmsg`
+    /// per call).
+    pub fn sends_from(&self, local: SocketAddr) -> u64 {
+        self.inner.borrow().sends.get(&local).copied().unwrap_or(0)
     }
 }
 
@@ -120,6 +128,7 @@ impl DatagramBind for MemBind {
             return Ok(msgs.len());
         };
         let net = &mut *self.net.inner.borrow_mut();
+        *net.sends.entry(from).or_default() += 1;
         for (dst, data) in msgs {
             match net.boxes.get_mut(dst) {
                 Some(b) if b.queue.len() < MAILBOX_DATAGRAMS => {
@@ -151,6 +160,9 @@ impl Drop for MemBind {
     }
 }
 
+/// How the host answers a packet written to it: the answer, if any.
+type Answer = dyn Fn(&[u8]) -> Option<Vec<u8>>;
+
 #[derive(Default)]
 struct DeviceInner {
     /// From the host, to be read by the driver.
@@ -158,6 +170,9 @@ struct DeviceInner {
     reader: Option<Waker>,
     /// Written by the driver, for the host.
     from_tunnel: Vec<Vec<u8>>,
+    /// The host's stack answering a written packet at once, as the kernel answers a ping
+    /// to its own address while the TUN write is processed.
+    answer: Option<Box<Answer>>,
 }
 
 /// The driver's side of an in-memory device.
@@ -192,6 +207,12 @@ impl DeviceHandle {
         }
     }
 
+    /// Makes the host answer each packet the driver writes with what `answer` returns,
+    /// queued for the driver before the write returns (and its reader woken).
+    pub fn answer_at_once(&self, answer: impl Fn(&[u8]) -> Option<Vec<u8>> + 'static) {
+        self.inner.borrow_mut().answer = Some(Box::new(answer));
+    }
+
     /// Takes the IP packets the tunnel delivered to the host so far.
     pub fn take_received(&self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.inner.borrow_mut().from_tunnel)
@@ -221,7 +242,14 @@ impl PacketDevice for MemDevice {
     }
 
     fn write_packet(&mut self, packet: &[u8]) {
-        self.inner.borrow_mut().from_tunnel.push(packet.to_vec());
+        let mut d = self.inner.borrow_mut();
+        d.from_tunnel.push(packet.to_vec());
+        if let Some(reply) = d.answer.as_ref().and_then(|a| a(packet)) {
+            d.to_tunnel.push_back(reply);
+            if let Some(w) = d.reader.take() {
+                w.wake();
+            }
+        }
     }
 
     fn flush(&mut self) {}
