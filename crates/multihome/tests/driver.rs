@@ -230,7 +230,7 @@ const ECHO: u32 = 1 << 29;
 /// this test sees the bytes and the sends, not the wake-ups: the lab's overhead bench
 /// counts those.)
 #[tokio::test]
-async fn an_answer_the_host_gives_at_once_leaves_in_the_same_send() {
+async fn a_host_answering_at_once_gets_each_answer_back_intact() {
     let server_addr: SocketAddr = "10.9.9.9:7000".parse().unwrap();
     let link: SocketAddr = "10.0.0.2:5000".parse().unwrap();
     let net = MemNet::new();
