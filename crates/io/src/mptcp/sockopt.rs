@@ -19,19 +19,16 @@ pub struct MptcpInfo {
     pub fallback: bool,
 }
 
-/// Reads `MPTCP_INFO` of an MPTCP socket (`struct mptcp_info`, uapi `linux/mptcp.h`:
-/// `mptcpi_subflows` at byte 0, `mptcpi_flags` at 8, `mptcpi_token` at 12).
-pub fn mptcp_info(fd: BorrowedFd<'_>) -> io::Result<MptcpInfo> {
-    const MPTCP_INFO: libc::c_int = 1;
-    const FLAG_FALLBACK: u32 = 1;
-    let mut buf = [0u8; 64];
+/// `getsockopt(SOL_MPTCP, opt)` into `buf` (which may carry the request); the length the
+/// kernel wrote.
+fn get_option(fd: BorrowedFd<'_>, opt: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: `buf` is valid for `len` bytes and the kernel writes at most `len`.
     let rc = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
             SOL_MPTCP,
-            MPTCP_INFO,
+            opt,
             buf.as_mut_ptr().cast(),
             &mut len,
         )
@@ -39,6 +36,16 @@ pub fn mptcp_info(fd: BorrowedFd<'_>) -> io::Result<MptcpInfo> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok((len as usize).min(buf.len()))
+}
+
+/// Reads `MPTCP_INFO` of an MPTCP socket (`struct mptcp_info`, uapi `linux/mptcp.h`:
+/// `mptcpi_subflows` at byte 0, `mptcpi_flags` at 8, `mptcpi_token` at 12).
+pub fn mptcp_info(fd: BorrowedFd<'_>) -> io::Result<MptcpInfo> {
+    const MPTCP_INFO: libc::c_int = 1;
+    const FLAG_FALLBACK: u32 = 1;
+    let mut buf = [0u8; 64];
+    let len = get_option(fd, MPTCP_INFO, &mut buf)?;
     if len < 16 {
         return Err(io::Error::other(
             "MPTCP_INFO shorter than 16 bytes: kernel too old",
@@ -68,21 +75,8 @@ pub fn subflow_addrs(fd: BorrowedFd<'_>) -> io::Result<Vec<(SocketAddr, SocketAd
     let mut buf = vec![0u8; SUBFLOW_HEADER + MAX_SUBFLOWS * SUBFLOW_ENTRY];
     buf[0..4].copy_from_slice(&(SUBFLOW_HEADER as u32).to_ne_bytes());
     buf[12..16].copy_from_slice(&(SUBFLOW_ENTRY as u32).to_ne_bytes());
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is valid for `len` bytes and the kernel writes at most `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            SOL_MPTCP,
-            MPTCP_SUBFLOW_ADDRS,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(parse_subflow_addrs(&buf[..(len as usize).min(buf.len())]))
+    let len = get_option(fd, MPTCP_SUBFLOW_ADDRS, &mut buf)?;
+    Ok(parse_subflow_addrs(&buf[..len]))
 }
 
 /// The (local, remote) addresses in a `MPTCP_SUBFLOW_ADDRS` answer; entries cut short or
