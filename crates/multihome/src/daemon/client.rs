@@ -121,6 +121,7 @@ async fn run_loop(
                 .map(|st| super::core::StreamLinks {
                     states: states_tx,
                     stats: st.stats.clone(),
+                    next_check: clock.now(),
                 }),
         );
     let mut driver = Driver::new(core, tun, bind, clock).reload_on_hangup()?;

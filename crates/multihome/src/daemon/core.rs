@@ -92,7 +92,14 @@ pub struct StreamLinks {
     pub states: tokio::sync::watch::Sender<Vec<multihome_proto::path::PathState>>,
     /// Stream mode's counters (its open connections).
     pub stats: std::sync::Arc<super::stream::StreamStats>,
+    /// When the core next looks whether stream connections are open (an idle session's
+    /// own deadlines are a keepalive apart; this bounds how late the first connection
+    /// after a quiet spell starts the fast probing).
+    pub next_check: Instant,
 }
+
+/// How often the core looks whether stream connections are open.
+pub const STREAM_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl ClientCore {
     /// Wraps `client`, whose links are named `link_names` in `PathId` order.
@@ -218,17 +225,20 @@ impl Core for ClientCore {
 
     fn poll_timeout(&self) -> Option<Instant> {
         let d = self.detours.as_ref().and_then(|d| d.poll_timeout());
-        [self.client.poll_timeout(), d].into_iter().flatten().min()
+        let s = self.stream.as_ref().map(|s| s.next_check);
+        [self.client.poll_timeout(), d, s]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        let stream_open = self
-            .stream
-            .as_ref()
-            .is_some_and(|s| s.stats.active.load(std::sync::atomic::Ordering::Relaxed) > 0);
-        if stream_open {
-            // Its connections' subflows follow the links' states: keep them fresh.
-            self.client.keep_active(now);
+        if let Some(s) = self.stream.as_mut().filter(|s| s.next_check <= now) {
+            s.next_check = now + STREAM_CHECK;
+            if s.stats.active.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                // Its connections' subflows follow the links' states: keep them fresh.
+                self.client.keep_active(now);
+            }
         }
         self.client.handle_timeout(now);
         if let Some(d) = &mut self.detours {
