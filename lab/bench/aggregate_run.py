@@ -179,36 +179,6 @@ def measure(
     """
     if system == "multihome":
         set_scheduler(topo, scheduler or "earliest")
-    # Stream mode switches the client's namespace to the userspace path manager; kernel
-    # MPTCP's own subflows need the in-kernel one while it is measured.
-    pm_swap = system == "mptcp" and "stream" in topo.client_sections
-    if pm_swap:
-        topo.cli.sysctl("net.mptcp.pm_type", 0)
-    try:
-        return _measure(
-            topo,
-            system,
-            seconds=seconds,
-            port=port,
-            scheduler=scheduler,
-            cc=cc,
-            on_connect=on_connect,
-        )
-    finally:
-        if pm_swap:
-            topo.cli.sysctl("net.mptcp.pm_type", 1)
-
-
-def _measure(
-    topo: Topology,
-    system: str,
-    *,
-    seconds: float,
-    port: int,
-    scheduler: str | None,
-    cc: str,
-    on_connect: Callable[[], None] | None,
-) -> dict:
     target = ping_target(system)
     try:
         idle = ping_rtts_ms(topo.cli, target, count=IDLE_PINGS, interval=PING_INTERVAL_S)

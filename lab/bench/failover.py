@@ -90,19 +90,6 @@ def one_run(topo, system: str, *, seconds: float, cut_at: float, cut: int, port:
 LABELS = {"mptcp": "kernel MPTCP", "stream": "multihome stream"}
 
 
-def one_system_run(topo, system: str, **kw) -> dict:  # noqa: ANN001, ANN003
-    """``one_run``, with the in-kernel path manager while kernel MPTCP is measured (stream
-    mode switches the client's namespace to the userspace one)."""
-    swap = system == "mptcp" and "stream" in topo.client_sections
-    if swap:
-        topo.cli.sysctl("net.mptcp.pm_type", 0)
-    try:
-        return one_run(topo, system, **kw)
-    finally:
-        if swap:
-            topo.cli.sysctl("net.mptcp.pm_type", 1)
-
-
 def run_config(sc, policy: str, systems: list[str], runs: int, b: dict) -> list[dict]:
     out = []
     with Lab() as lab:
@@ -116,7 +103,7 @@ def run_config(sc, policy: str, systems: list[str], runs: int, b: dict) -> list[
         for r in range(runs):
             for system in systems:
                 label = LABELS.get(system, f"multihome {policy}")
-                res = one_system_run(
+                res = one_run(
                     topo,
                     system,
                     seconds=b["seconds"],

@@ -8,6 +8,8 @@ never as an error, so an old result with fewer fields still renders.
 
 from __future__ import annotations
 
+from lab.bench.detours_run import MECHANISMS
+
 
 def _fmt(v: object, unit: str = "") -> str:
     if v is None:
@@ -196,17 +198,6 @@ def _table_realtime_media(rs: list[dict]) -> list[str]:
     return rows
 
 
-DETOUR_MECHS = (
-    "mptcp",
-    "mptcp+nat",
-    "multihome+nat",
-    "multihome+tunnel",
-    "tcp",
-    "tcp(nat)",
-    "multihome",
-)
-
-
 def _table_detours(rs: list[dict]) -> list[str]:
     """Goodput (Mbit/s) per mechanism, multihome's ratio to TCP, and the issue's checks."""
     head = ["MPTCP 1 subflow", "MPTCP + NAT", "multihome + NAT", "multihome + tunnel"]
@@ -217,7 +208,7 @@ def _table_detours(rs: list[dict]) -> list[str]:
     for r in rs:
         f = r["figures"]
         case, _, cc = r["case"].rpartition(" ")
-        cells = [_fmt(f.get(f"{m}.goodput_mbps")) for m in DETOUR_MECHS]
+        cells = [_fmt(f.get(f"{m}.goodput_mbps")) for m in MECHANISMS]
         mh, tcp = f.get("multihome+nat.goodput_mbps"), f.get("tcp.goodput_mbps")
         cells.append(_fmt(mh / tcp) if mh and tcp else "—")
         checks = []

@@ -15,6 +15,7 @@ the flow's policy from the client's packets before it sends (docs/CONFIG.md).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 from lab.mptcp import counters, joined
 from lab.netns import LabError, tool_cmd
@@ -50,6 +51,51 @@ def run_transfer(
 
     ``client_close_after``: the client half-closes no earlier than this (a kernel MPTCP
     download: the server refuses joins once the client's DATA_FIN arrived)."""
+    with _kernel_path_manager(topo, system):
+        return _run_transfer(
+            topo,
+            system,
+            cc=cc,
+            client_send_bytes=client_send_bytes,
+            client_send_seconds=client_send_seconds,
+            server_send_bytes=server_send_bytes,
+            server_send_seconds=server_send_seconds,
+            client_close_after=client_close_after,
+            timeout=timeout,
+            port=port,
+            during=during,
+        )
+
+
+@contextlib.contextmanager
+def _kernel_path_manager(topo: Topology, system: str) -> Iterator[None]:
+    """While kernel MPTCP is measured, the client's namespace uses the in-kernel path
+    manager: stream mode switches it to the userspace one, under which the kernel adds no
+    subflow of its own."""
+    swap = system == "mptcp" and "stream" in topo.client_sections
+    if swap:
+        topo.cli.sysctl("net.mptcp.pm_type", 0)
+    try:
+        yield
+    finally:
+        if swap:
+            topo.cli.sysctl("net.mptcp.pm_type", 1)
+
+
+def _run_transfer(  # noqa: PLR0913 - run_transfer's arguments, passed on
+    topo: Topology,
+    system: str,
+    *,
+    cc: str,
+    client_send_bytes: int,
+    client_send_seconds: float,
+    server_send_bytes: int,
+    server_send_seconds: float,
+    client_close_after: float,
+    timeout: float,
+    port: int,
+    during: object,
+) -> dict:
     mptcp = system == "mptcp"
     client_ns, server_ns = topo.cli, topo.srv
     if system == "stream":

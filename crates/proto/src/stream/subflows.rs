@@ -71,15 +71,12 @@ pub fn plan(
     }
 }
 
-/// The order in which to try links for a new connection's first subflow: every link not
-/// Down first (config order), then the Down ones (the tunnel may be wrong, and a link
-/// that carries nothing costs one connect stagger, not a timeout). Links past the end of
-/// `states` count as not Down.
-pub fn first_subflow_order(states: &[PathState], links: usize) -> Vec<usize> {
-    let down = |l: usize| states.get(l) == Some(&PathState::Down);
-    let mut order: Vec<usize> = (0..links).filter(|&l| !down(l)).collect();
-    order.extend((0..links).filter(|&l| down(l)));
-    order
+/// Whether a new connection's first subflow tries `link` only after the others: the
+/// tunnel holds it Down. Down links are still tried (the tunnel may be wrong, and a link
+/// that carries nothing costs one connect stagger, not a timeout); a link past the end
+/// of `states` counts as not Down. Sort the links by this, stably, for the order.
+pub fn tried_last(states: &[PathState], link: usize) -> bool {
+    states.get(link) == Some(&PathState::Down)
 }
 
 #[cfg(test)]
@@ -129,6 +126,12 @@ mod tests {
         assert_eq!(steps(&[Up, Up], &[0, 1]), vec![]);
         assert_eq!(steps(&[Up], &[0, 3]), vec![]);
         assert_eq!(steps(&[], &[0, 1]), vec![]);
+    }
+
+    fn first_subflow_order(states: &[PathState], links: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..links).collect();
+        order.sort_by_key(|&l| tried_last(states, l));
+        order
     }
 
     #[test]

@@ -26,7 +26,7 @@ use multihome_io::mptcp::{mptcp_info, set_pm_type, set_userspace_pm, Pm};
 use multihome_io::netlink::{interface_addresses, link_index, link_is_up};
 use multihome_proto::crypto::{PublicKey, StaticSecret};
 use multihome_proto::stream::handshake::HANDSHAKE_MAX;
-use multihome_proto::stream::subflows::first_subflow_order;
+use multihome_proto::stream::subflows::tried_last;
 use multihome_proto::stream::{ConnectStatus, StreamInitiator};
 use multihome_race::core::Flow;
 use multihome_race::daemon::attempt::{listeners, reset};
@@ -70,6 +70,8 @@ pub struct Link {
 /// A link usable now: its interface index and local address.
 pub struct Usable<'a> {
     pub(super) link: &'a Link,
+    /// Its index in the configuration (the tunnel's path id).
+    pub(super) index: usize,
     ifindex: u32,
     pub(super) local: IpAddr,
 }
@@ -89,16 +91,6 @@ pub struct Ctx {
     pub stats: Arc<StreamStats>,
     /// Held SYNs (`hold_syns`).
     pub held: Option<Held>,
-}
-
-impl Ctx {
-    /// A usable link's index in the configuration (the tunnel's path id).
-    pub(super) fn link_index(&self, u: &Usable<'_>) -> usize {
-        self.links
-            .iter()
-            .position(|x| x.name == u.link.name)
-            .unwrap_or(usize::MAX)
-    }
 }
 
 /// Starts stream mode if `[stream]` is configured; `states` are the tunnel's link states
@@ -388,7 +380,7 @@ fn add_subflows(ctx: &Ctx, enc: &TcpStream, others: &[&Usable<'_>]) {
 /// Adds a subflow over `l` to connection `token` (local address id = link index + 1);
 /// whether the kernel took it.
 pub(super) fn create_subflow(ctx: &Ctx, token: u32, l: &Usable<'_>) -> bool {
-    let id = (ctx.link_index(l) as u8).wrapping_add(1);
+    let id = (l.index as u8).wrapping_add(1);
     let local = SocketAddr::new(l.local, 0);
     let res =
         ctx.pm
@@ -407,28 +399,19 @@ pub(super) fn create_subflow(ctx: &Ctx, token: u32, l: &Usable<'_>) -> bool {
 }
 
 /// The usable links in the order the first subflow tries them: links the tunnel holds
-/// Down last.
-fn ordered<'a>(ctx: &Ctx, usable: Vec<Usable<'a>>) -> Vec<Usable<'a>> {
-    let states = ctx.states.borrow().clone();
-    let order = first_subflow_order(&states, ctx.links.len());
-    let mut slots: Vec<Option<Usable<'a>>> = usable.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(slots.len());
-    for link in order {
-        if let Some(slot) = slots.iter_mut().find(|u| {
-            u.as_ref()
-                .is_some_and(|u| ctx.links.get(link).is_some_and(|l| l.name == u.link.name))
-        }) {
-            out.extend(slot.take());
-        }
-    }
-    out
+/// Down last, config order otherwise.
+fn ordered<'a>(ctx: &Ctx, mut usable: Vec<Usable<'a>>) -> Vec<Usable<'a>> {
+    let states = ctx.states.borrow();
+    usable.sort_by_key(|u| tried_last(&states, u.index));
+    usable
 }
 
 /// Links whose interface is up with an address of the server's family (not link-local).
 pub(super) fn usable_links(links: &[Link]) -> Vec<Usable<'_>> {
     links
         .iter()
-        .filter_map(|link| {
+        .enumerate()
+        .filter_map(|(index, link)| {
             if !link_is_up(&link.interface).unwrap_or(false) {
                 return None;
             }
@@ -440,6 +423,7 @@ pub(super) fn usable_links(links: &[Link]) -> Vec<Usable<'_>> {
                 .find(|a| a.is_ipv4() == link.server.is_ipv4() && !is_link_local(a))?;
             Some(Usable {
                 link,
+                index,
                 ifindex,
                 local,
             })

@@ -95,12 +95,9 @@ fn apply(
     addrs.retain(|a| !closed.contains(a));
     let usable = usable_links(&ctx.links);
     // A subflow's link is the usable link whose address it leaves from.
-    let link_of = |ip: IpAddr| {
-        let u = usable.iter().find(|u| u.local == ip)?;
-        Some(ctx.link_index(u))
-    };
+    let link_of = |ip: IpAddr| usable.iter().find(|u| u.local == ip).map(|u| u.index);
     let links: Vec<usize> = addrs.iter().filter_map(|(l, _)| link_of(l.ip())).collect();
-    let on = |link: usize| usable.iter().find(|u| ctx.link_index(u) == link);
+    let on = |link: usize| usable.iter().find(|u| u.index == link);
     plan(states, &links, |l| on(l).is_some(), steps);
     for step in steps.iter() {
         match *step {
