@@ -38,6 +38,8 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "rx_cookie_replies": c.rx_cookie_replies,
         "rx_handshake_rate_limited": c.rx_handshake_rate_limited,
         "rx_before_response": c.rx_before_response,
+        "handed_off": c.handed_off,
+        "handoff_drops": c.handoff_drops,
         "tx_no_route": c.tx_no_route,
         "queue_drops": sc.queue_drops,
         "codel_drops": q.codel,
@@ -230,6 +232,31 @@ pub fn server_status(s: &Server) -> Value {
         .collect();
     json!({"role": "server", "counters": counters, "sessions": sessions,
            "relays": {"epoch": epoch, "list": relays}})
+}
+
+/// The whole server's document from its threads' ([`server_status`] of each shard; the
+/// first is the primary's): the sessions of all, counters summed, the relays as the
+/// primary hands them out (every thread hands out the same list).
+pub fn merge_server_status(docs: Vec<Value>) -> Value {
+    let mut docs = docs.into_iter();
+    let Some(mut all) = docs.next() else {
+        return json!({"role": "server", "counters": {}, "sessions": []});
+    };
+    for d in docs {
+        if let (Some(sum), Some(add)) = (all["counters"].as_object_mut(), d["counters"].as_object())
+        {
+            for (k, v) in add {
+                let total = sum.get(k).and_then(Value::as_u64).zip(v.as_u64());
+                if let Some((a, b)) = total {
+                    sum.insert(k.clone(), json!(a + b));
+                }
+            }
+        }
+        if let (Some(s), Some(add)) = (all["sessions"].as_array_mut(), d["sessions"].as_array()) {
+            s.extend(add.iter().cloned());
+        }
+    }
+    all
 }
 
 /// The control socket `status` and `reload` use without `--socket`: the client's if it

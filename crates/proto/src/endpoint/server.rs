@@ -22,8 +22,10 @@
 //! to cost a call into every session per datagram).
 
 mod guard;
+mod handshake;
 mod index;
 mod replies;
+mod shard;
 
 use super::datagram::Datagram;
 use super::EndpointCounters;
@@ -47,6 +49,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use replies::Replies;
 pub use replies::{MAX_COOKIE_REPLIES, MAX_RESPONSES};
+use shard::Handoffs;
+pub use shard::{Handoff, Shard, MAX_HANDOFFS, MAX_SHARDS};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -129,6 +133,9 @@ pub struct Server {
     events: VecDeque<(usize, Event)>,
     relays: Handed,
     guard: Guard,
+    /// Which sessions are this thread's (`shard.rs`), and what it owes the others.
+    shard: Shard,
+    handoffs: Handoffs,
 }
 
 impl Server {
@@ -178,6 +185,45 @@ impl Server {
                 count: 0,
                 encoded: Vec::new(),
             },
+            shard: Shard::ALONE,
+            handoffs: Handoffs::default(),
+        }
+    }
+
+    /// Makes this server one of several threads (`shard.rs`): it keeps only the sessions
+    /// of its peers and hands the rest over ([`Server::poll_handoff`]). Set before any
+    /// input.
+    pub fn set_shard(&mut self, shard: Shard) {
+        self.shard = shard;
+    }
+
+    /// This server's shard.
+    pub fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    /// The next input owed to another shard.
+    pub fn poll_handoff(&mut self) -> Option<Handoff> {
+        self.handoffs.pop()
+    }
+
+    /// A datagram another shard of this server handed over ([`Handoff::Datagram`]): an
+    /// initiation is not screened again, the shard that read it did.
+    pub fn handle_handed_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
+        match Datagram::parse(buf) {
+            Ok(Datagram::Init(p)) => self.answer_init(now, from, &p),
+            Ok(Datagram::Data(d)) => self.route_data(now, from, d),
+            Ok(Datagram::Resp(_) | Datagram::CookieReply(_)) | Err(_) => {
+                self.counters.rx_garbage += 1
+            }
+        }
+    }
+
+    /// Queues `h` for another shard, counted.
+    fn hand_off(&mut self, h: Handoff) {
+        match self.handoffs.push(h) {
+            true => self.counters.handed_off += 1,
+            false => self.counters.handoff_drops += 1,
         }
     }
 
@@ -308,6 +354,10 @@ impl Server {
 
     /// A datagram received from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
+        if let Some(to) = self.data_owner(buf).filter(|&o| o != self.shard.index()) {
+            let bytes = buf.to_vec();
+            return self.hand_off(Handoff::Datagram { to, from, bytes });
+        }
         match Datagram::parse(buf) {
             Ok(Datagram::Init(p)) => self.handle_init(now, from, &p),
             Ok(Datagram::Data(d)) => self.route_data(now, from, d),
@@ -315,6 +365,16 @@ impl Server {
                 self.counters.rx_garbage += 1
             }
         }
+    }
+
+    /// The shard owning a data datagram's receiver index (read before anything else: the
+    /// datagram is handed over as it came), `None` for other datagrams or a lone shard.
+    fn data_owner(&self, buf: &[u8]) -> Option<u16> {
+        if self.shard.count() == 1 || buf.len() < 8 || buf[0] != outer::MessageType::Data as u8 {
+            return None;
+        }
+        let idx = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        Some(self.shard.owner_of_index(idx))
     }
 
     /// A data datagram goes to the session of its receiver index.
@@ -330,117 +390,6 @@ impl Server {
             }
             self.touched(pi);
         }
-    }
-
-    /// The flood defence, before any Diffie-Hellman: false (counted, perhaps a cookie
-    /// reply queued) if the initiation goes no further.
-    fn screen_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) -> bool {
-        if !self.guard.keys().mac1_ok(p.bytes()) {
-            self.counters.rx_bad_mac1 += 1;
-            return false;
-        }
-        match self.guard.admit(now, &mut self.rng, from, p.bytes()) {
-            Admit::Process => true,
-            Admit::RateLimited => {
-                self.counters.rx_handshake_rate_limited += 1;
-                false
-            }
-            Admit::Cookie => {
-                let mac1 = mac1_of(p.bytes());
-                self.replies
-                    .owe_cookie(&mut self.rng, p.path(), p.index(), from, mac1);
-                false
-            }
-        }
-    }
-
-    fn handle_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) {
-        if !self.screen_init(now, from, p) {
-            return;
-        }
-        let mut seed = [0u8; 32];
-        self.rng.fill_bytes(&mut seed);
-        let resp = match Responder::read_init(&self.cfg.local_key, seed, p.noise()) {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.rx_handshake_failed += 1;
-                return;
-            }
-        };
-        let Some(&pi) = self.by_key.get(&resp.remote()) else {
-            self.counters.rx_unknown_peer += 1;
-            return;
-        };
-        if resp.timestamp_us() <= self.peers[pi].last_timestamp {
-            self.counters.rx_handshake_replayed += 1;
-            return;
-        }
-        let fresh = resp.flags() & INIT_FLAG_FRESH != 0;
-        let takes_relays = resp.flags() & INIT_FLAG_RELAYS != 0;
-        let timestamp = resp.timestamp_us();
-        let (client_index, path) = (p.index(), PathId(p.path()));
-        let mut local_index = self.rng.next_u32();
-        while self.by_index.contains_key(&local_index) {
-            local_index = self.rng.next_u32();
-        }
-        let new_session = fresh || self.peers[pi].session.is_none();
-        let flags = if new_session {
-            RESP_FLAG_NEW_SESSION
-        } else {
-            0
-        };
-        let mut out = vec![0u8; HANDSHAKE_RESP_LEN];
-        let keys = match resp.write_resp(flags, self.cfg.ciphers, &mut out[12..12 + NOISE_RESP_LEN])
-        {
-            Ok((_, keys)) => keys,
-            // Nothing was written or changed: the client hears nothing, as for a key we
-            // do not know, and the operator sees why in this counter.
-            Err(CryptoError::NoCommonCipher) => {
-                self.counters.rx_no_common_cipher += 1;
-                return;
-            }
-            Err(_) => {
-                self.counters.rx_handshake_failed += 1;
-                return;
-            }
-        };
-        outer::emit_resp_header(&mut out, path.0, local_index, client_index);
-        let peer = &mut self.peers[pi];
-        // mac1 under the client's key lets it drop forged responses before its DH.
-        MacKeys::new(&peer.cfg.public_key).seal(&mut out, None);
-        peer.last_timestamp = timestamp;
-        let kp = Keypair::new(local_index, client_index, keys, now);
-        match peer.session.as_mut() {
-            Some(s) if !new_session => s.keys.install_next(kp),
-            _ => {
-                let mut s = Session::new(
-                    peer.cfg.public_key.session_id(),
-                    self.cfg.session,
-                    Side::Server,
-                );
-                s.keys.install_current(kp);
-                peer.session = Some(s);
-            }
-        }
-        let s = peer.session.as_mut().expect("installed above");
-        peer.takes_relays = takes_relays;
-        if takes_relays {
-            let r = &self.relays;
-            s.offer_relays(r.epoch, r.count, &r.encoded);
-        }
-        s.ensure_path(now, path, from);
-        // A handshake proves the client's address too (it may have moved while away).
-        if s.follow_path(path, from) {
-            self.events.push_back((pi, Event::PathRoamed(path, from)));
-        }
-        s.confirm_path(now, path);
-        self.by_index.retain(|_, v| *v != pi);
-        for idx in s.keys.indices() {
-            self.by_index.insert(idx, pi);
-        }
-        self.counters.handshakes += 1;
-        self.replies.respond(path, from, out);
-        self.touched(pi);
     }
 
     /// Peer `pi` was called: its deadline may have moved and it may have output.
@@ -460,6 +409,11 @@ impl Server {
             self.counters.tx_no_route += 1;
             return;
         };
+        if !self.shard.owns_key(&self.peers[pi].cfg.public_key) {
+            let to = self.shard.owner_of_key(&self.peers[pi].cfg.public_key);
+            let bytes = packet.to_vec();
+            return self.hand_off(Handoff::Packet { to, bytes });
+        }
         let default = self.cfg.default_policy;
         match self.peers[pi].session.as_mut() {
             Some(s) => {
