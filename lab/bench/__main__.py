@@ -166,6 +166,11 @@ def main() -> int:
         help="scale: every session's detect_ms (idle paths are probed every quarter of it)",
     )
     parser.add_argument(
+        "--server-threads",
+        type=int,
+        help="scale: the server's data-path threads (default: the daemon's, one per core)",
+    )
+    parser.add_argument(
         "--flood-only",
         action="store_true",
         help="scale: only bring-up and the bulk phases without and with the handshake flood",
@@ -243,6 +248,7 @@ def main() -> int:
                 seconds=args.seconds or 10,
                 detect_ms=args.detect_ms,
                 flood_only=args.flood_only,
+                server_threads=args.server_threads,
             )
         elif suite == "quic":
             quic.main(runs=args.runs, seconds=args.seconds, only=args.cases)

@@ -466,3 +466,25 @@ fn stream_section_defaults_and_mistakes() {
         assert_eq!(e.line, line, "{bad}: {e}");
     }
 }
+
+/// `threads`: one per core unless set, 1–64, and one with the kernel fast path.
+#[test]
+fn server_threads() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        usize::from(server_with("", "").unwrap().threads),
+        cores.min(64)
+    );
+    assert_eq!(server_with("threads = 3", "").unwrap().threads, 3);
+    assert_eq!(server_with("kernel_copies = true", "").unwrap().threads, 1);
+    for bad in ["threads = 0", "threads = 65"] {
+        let e = server_with(bad, "").unwrap_err();
+        assert!(e.message.contains(bad), "{e}");
+        assert_eq!(e.line, 5, "{e}");
+        assert!(e.fix.contains("1 to 64"), "{e}");
+    }
+    let e = server_with("threads = 2\nkernel_copies = true", "").unwrap_err();
+    assert!(e.message.contains("kernel_copies"), "{e}");
+    assert!(e.fix.contains("threads = 1"), "{e}");
+    assert!(server_with("threads = 1\nkernel_copies = true", "").is_ok());
+}

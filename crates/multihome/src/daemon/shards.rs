@@ -125,11 +125,14 @@ impl ShardCore {
         }
     }
 
-    /// This shard's own status document.
+    /// This shard's own status document (each session says which thread holds it).
     fn own_status(&self) -> Value {
         let mut v = crate::status::server_status(&self.server);
         if let Some(d) = v["counters"]["handoff_drops"].as_u64() {
             v["counters"]["handoff_drops"] = (d + self.inbox_full).into();
+        }
+        for s in v["sessions"].as_array_mut().into_iter().flatten() {
+            s["thread"] = self.mesh.me.into();
         }
         v
     }

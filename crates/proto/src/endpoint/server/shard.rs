@@ -8,7 +8,7 @@
 //! Invariants: a peer's owner is a pure function of its public key and the number of
 //! shards, so shards agree without talking; a receiver index's owner is the index modulo
 //! the number of shards (what the reuseport filter computes from the index's four bytes on
-//! the wire, docs/PROTOCOL.md §2.1), and a shard hands out only indices it owns, so every
+//! the wire, docs/PROTOCOL.md §2.3), and a shard hands out only indices it owns, so every
 //! data datagram of a session can be steered to its thread by the kernel; at most
 //! [`MAX_HANDOFFS`] wait, beyond that they are dropped and counted. With one shard nothing
 //! is ever handed off and the server behaves exactly as before shards existed.
