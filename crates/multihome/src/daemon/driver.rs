@@ -286,7 +286,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 _ = tick.tick(), if services.live.is_some() => {
                     if let Some(l) = &services.live {
-                        l.sample(&self.core.status());
+                        l.sample(&self.core.sample());
                     }
                 }
             }

@@ -44,8 +44,13 @@ pub const STATUS_WAIT: Duration = Duration::from_millis(500);
 pub enum ShardMsg {
     /// Input for a session the receiver owns.
     Handoff(Handoff),
-    /// Send your status document here.
-    Status(std::sync::mpsc::SyncSender<Value>),
+    /// Send your status document here (`sample`: only what the dashboard samples).
+    Status {
+        /// Where the document goes.
+        reply: std::sync::mpsc::SyncSender<Value>,
+        /// The dashboard's sample rather than the whole document.
+        sample: bool,
+    },
     /// Apply this reload (the primary checked and applied it).
     Reload(Arc<ServerReload>),
 }
@@ -125,9 +130,13 @@ impl ShardCore {
         }
     }
 
-    /// This shard's own status document (each session says which thread holds it).
-    fn own_status(&self) -> Value {
-        let mut v = crate::status::server_status(&self.server);
+    /// This shard's own status document (each session says which thread holds it), or
+    /// only the dashboard's sample of it.
+    fn own_status(&self, sample: bool) -> Value {
+        let mut v = match sample {
+            true => crate::status::server_sample(&self.server),
+            false => crate::status::server_status(&self.server),
+        };
         if let Some(d) = v["counters"]["handoff_drops"].as_u64() {
             v["counters"]["handoff_drops"] = (d + self.inbox_full).into();
         }
@@ -146,8 +155,8 @@ impl ShardCore {
             ShardMsg::Handoff(Handoff::Packet { bytes, .. }) => {
                 self.server.handle_tun_packet(now, &bytes)
             }
-            ShardMsg::Status(reply) => {
-                let _ = reply.send(self.own_status());
+            ShardMsg::Status { reply, sample } => {
+                let _ = reply.send(self.own_status(sample));
             }
             ShardMsg::Reload(r) => super::reload::apply_server(&mut self.server, &r),
         }
@@ -194,13 +203,31 @@ impl Core for ShardCore {
     /// summed (a thread that does not answer within [`STATUS_WAIT`] is left out, and the
     /// log says so).
     fn status(&self) -> Value {
-        let mut docs = vec![self.own_status()];
+        self.gather(false)
+    }
+
+    /// The same for the dashboard's sample, at a fraction of the cost.
+    fn sample(&self) -> Value {
+        self.gather(true)
+    }
+
+    fn close(&mut self) {}
+}
+
+impl ShardCore {
+    /// The document ([`Core::status`]) or the sample ([`Core::sample`]) of this thread,
+    /// and on the primary of all threads.
+    fn gather(&self, sample: bool) -> Value {
+        let mut docs = vec![self.own_status(sample)];
         if self.mesh.me == 0 && self.mesh.to.len() > 1 {
             let (tx, rx) = std::sync::mpsc::sync_channel(self.mesh.to.len());
             let asked = self
                 .mesh
                 .others()
-                .filter(|&i| self.mesh.send(i, ShardMsg::Status(tx.clone())))
+                .filter(|&i| {
+                    let reply = tx.clone();
+                    self.mesh.send(i, ShardMsg::Status { reply, sample })
+                })
                 .count();
             drop(tx);
             let deadline = std::time::Instant::now() + STATUS_WAIT;
@@ -217,8 +244,6 @@ impl Core for ShardCore {
         }
         crate::status::merge_server_status(docs)
     }
-
-    fn close(&mut self) {}
 }
 
 /// A thread's watch: its role's own (`inner`: the primary's reloads and fast path), and
