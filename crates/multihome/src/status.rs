@@ -304,13 +304,23 @@ pub fn default_socket() -> PathBuf {
 
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
+    fetch_request(socket, "status")
+}
+
+/// Fetches the dashboard's sample of the status document (the `sample` request: sessions
+/// and their links, counters; what a once-a-second poller needs).
+pub fn fetch_sample(socket: &PathBuf) -> Result<Value> {
+    fetch_request(socket, "sample")
+}
+
+fn fetch_request(socket: &PathBuf, request: &str) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
         format!(
             "connecting to {} (is the daemon running? try --socket)",
             socket.display()
         )
     })?;
-    s.write_all(b"status\n")?;
+    s.write_all(format!("{request}\n").as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     serde_json::from_str(&text).context("the daemon's reply is not JSON")
