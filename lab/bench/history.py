@@ -58,6 +58,7 @@ COMMANDS = {
     "simult-flows-partial": f"{PY} -m lab.bench simult-flows --cases 0 1",
     "overhead": f"{PY} -m lab.bench overhead",
     "failover": f"{PY} -m lab.bench failover",
+    "failover-download": f"{PY} -m lab.bench failover --download",
     "aggregate": f"{PY} -m lab.bench aggregate",
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "aggregate-bursty": f"{PY} -m lab.bench aggregate --cases 30+20+10-bursty --seconds 20 "
