@@ -134,8 +134,20 @@ def main() -> int:
     )
     parser.add_argument(
         "--tag",
-        help="aggregate: file a partial run as bench/results/aggregate-TAG.json (a named "
-        "result kept beside the suite's, e.g. one case with more runs)",
+        help="aggregate, failover: file a partial run as bench/results/<suite>-TAG.json (a "
+        "named result kept beside the suite's, e.g. one case with more runs or an A/B)",
+    )
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="failover: stream mode alone, the origin sending (saved as failover-download)",
+    )
+    parser.add_argument(
+        "--stream-set",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="failover: keys of the client's [stream] for stream mode's runs, e.g. "
+        "remove_addr=false",
     )
     parser.add_argument(
         "--no-mptcp", action="store_true", help="cellular-drive: leave kernel MPTCP's run out"
@@ -253,7 +265,12 @@ def main() -> int:
         elif suite == "quic":
             quic.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         else:
-            failover.main(runs=args.runs or 3)
+            failover.main(
+                runs=args.runs or 3,
+                download=args.download,
+                stream_set=failover.parse_stream_set(args.stream_set),
+                tag=args.tag,
+            )
     return 0
 
 

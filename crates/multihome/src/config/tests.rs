@@ -428,15 +428,17 @@ fn stream_section_defaults_and_mistakes() {
     assert_eq!(s.hold_syns, Some(stream::DEFAULT_QUEUE_NUM));
     assert_eq!(s.congestion_control, "bbr");
     assert!(s.follow_tunnel);
+    assert!(s.remove_addr);
     let off = client(
         &(base.clone()
-            + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\nfollow_tunnel = false\n"),
+            + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\nfollow_tunnel = false\nremove_addr = false\n"),
     )
     .unwrap()
     .stream
     .unwrap();
     assert_eq!(off.hold_syns, None);
     assert!(!off.follow_tunnel);
+    assert!(!off.remove_addr);
     for (bad, line, words) in [
         ("[stream]\n", 17, "lan"),
         (
