@@ -113,7 +113,7 @@ impl Server {
         MacKeys::new(&peer.cfg.public_key).seal(&mut out, None);
         peer.last_timestamp = timestamp;
         let kp = Keypair::new(local_index, client_index, keys, now);
-        match peer.session.as_mut() {
+        match peer.session.as_deref_mut() {
             Some(s) if !new_session => s.keys.install_next(kp),
             _ => {
                 let mut s = Session::new(
@@ -122,10 +122,10 @@ impl Server {
                     Side::Server,
                 );
                 s.keys.install_current(kp);
-                peer.session = Some(s);
+                peer.session = Some(Box::new(s));
             }
         }
-        let s = peer.session.as_mut().expect("installed above");
+        let s = peer.session.as_deref_mut().expect("installed above");
         peer.takes_relays = takes_relays;
         if takes_relays {
             let r = &self.relays;
