@@ -92,18 +92,12 @@ pub struct ShardCore {
     /// The shard's server.
     pub server: Server,
     mesh: Mesh,
-    /// Handoffs the receiving inbox had no room for.
-    inbox_full: u64,
 }
 
 impl ShardCore {
     /// Wraps `server` (its shard already set) with its thread's `mesh`.
     pub fn new(server: Server, mesh: Mesh) -> Self {
-        ShardCore {
-            server,
-            mesh,
-            inbox_full: 0,
-        }
+        ShardCore { server, mesh }
     }
 
     /// The thread's inbox (taken once, by its [`ShardWatch`]).
@@ -112,9 +106,9 @@ impl ShardCore {
     }
 
     /// Passes a reload applied here on to the other threads.
-    pub fn spread_reload(&mut self, r: ServerReload) {
+    pub fn spread_reload(&self, r: ServerReload) {
         let r = Arc::new(r);
-        for i in self.mesh.others().collect::<Vec<_>>() {
+        for i in self.mesh.others() {
             if !self.mesh.send(i, ShardMsg::Reload(r.clone())) {
                 tracing::warn!(thread = i, "a reload could not reach a server thread");
             }
@@ -125,7 +119,7 @@ impl ShardCore {
     fn send_handoffs(&mut self) {
         while let Some(h) = self.server.poll_handoff() {
             if !self.mesh.send(usize::from(h.to()), ShardMsg::Handoff(h)) {
-                self.inbox_full += 1;
+                self.server.handoff_dropped();
             }
         }
     }
@@ -137,9 +131,6 @@ impl ShardCore {
             true => crate::status::server_sample(&self.server),
             false => crate::status::server_status(&self.server),
         };
-        if let Some(d) = v["counters"]["handoff_drops"].as_u64() {
-            v["counters"]["handoff_drops"] = (d + self.inbox_full).into();
-        }
         for s in v["sessions"].as_array_mut().into_iter().flatten() {
             s["thread"] = self.mesh.me.into();
         }

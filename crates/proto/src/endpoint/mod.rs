@@ -61,7 +61,8 @@ pub struct EndpointCounters {
     /// Datagrams and device packets passed to the server thread that owns their session
     /// (server with several threads).
     pub handed_off: u64,
-    /// Of those, dropped because the queue to that thread was full.
+    /// Datagrams and device packets for another thread dropped instead (the queue to it
+    /// was full); not counted in `handed_off`.
     pub handoff_drops: u64,
 }
 

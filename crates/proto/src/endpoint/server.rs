@@ -212,13 +212,14 @@ impl Server {
     /// A datagram another shard of this server handed over ([`Handoff::Datagram`]): an
     /// initiation is not screened again, the shard that read it did.
     pub fn handle_handed_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
-        match Datagram::parse(buf) {
-            Ok(Datagram::Init(p)) => self.answer_init(now, from, &p),
-            Ok(Datagram::Data(d)) => self.route_data(now, from, d),
-            Ok(Datagram::Resp(_) | Datagram::CookieReply(_)) | Err(_) => {
-                self.counters.rx_garbage += 1
-            }
-        }
+        self.dispatch(now, from, buf, false);
+    }
+
+    /// The thread a handoff went to could not take it (its inbox was full): counted as
+    /// dropped, not as handed off.
+    pub fn handoff_dropped(&mut self) {
+        self.counters.handed_off = self.counters.handed_off.saturating_sub(1);
+        self.counters.handoff_drops += 1;
     }
 
     /// Queues `h` for another shard, counted.
@@ -358,12 +359,15 @@ impl Server {
 
     /// A datagram received from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
-        if let Some(to) = self.data_owner(buf).filter(|&o| o != self.shard.index()) {
-            let bytes = buf.to_vec();
-            return self.hand_off(Handoff::Datagram { to, from, bytes });
-        }
+        self.dispatch(now, from, buf, true);
+    }
+
+    /// Routes a datagram by type; an initiation is screened by the flood defence first
+    /// when `screen` (not when another shard already did).
+    fn dispatch(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8], screen: bool) {
         match Datagram::parse(buf) {
-            Ok(Datagram::Init(p)) => self.handle_init(now, from, &p),
+            Ok(Datagram::Init(p)) if screen => self.handle_init(now, from, &p),
+            Ok(Datagram::Init(p)) => self.answer_init(now, from, &p),
             Ok(Datagram::Data(d)) => self.route_data(now, from, d),
             Ok(Datagram::Resp(_) | Datagram::CookieReply(_)) | Err(_) => {
                 self.counters.rx_garbage += 1
@@ -371,20 +375,18 @@ impl Server {
         }
     }
 
-    /// The shard owning a data datagram's receiver index (read before anything else: the
-    /// datagram is handed over as it came), `None` for other datagrams or a lone shard.
-    fn data_owner(&self, buf: &[u8]) -> Option<u16> {
-        if self.shard.count() == 1 || buf.len() < 8 || buf[0] != outer::MessageType::Data as u8 {
-            return None;
-        }
-        let idx = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        Some(self.shard.owner_of_index(idx))
-    }
-
-    /// A data datagram goes to the session of its receiver index.
+    /// A data datagram goes to the session of its receiver index. An index this shard
+    /// does not know may be another shard's (the kernel's filter steers by index, so that
+    /// is rare): the datagram, still sealed, is handed to its owner.
     fn route_data(&mut self, now: Instant, from: SocketAddr, d: SealedData<'_>) {
         let Some(&pi) = self.by_index.get(&d.receiver_index) else {
-            self.counters.rx_unknown_index += 1;
+            let to = self.shard.owner_of_index(d.receiver_index);
+            if to == self.shard.index() {
+                self.counters.rx_unknown_index += 1;
+            } else {
+                let bytes = d.datagram.to_vec();
+                self.hand_off(Handoff::Datagram { to, from, bytes });
+            }
             return;
         };
         if let Some(s) = self.peers[pi].session.as_deref_mut() {
