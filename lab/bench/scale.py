@@ -127,7 +127,9 @@ def big_run(lab: Lab, a: dict) -> dict:
     out["server_datagrams_per_s_idle"] = (udp_in(s) - dg0) / dt
     out["server_rss_kb_idle"] = proc_memory_kb(srv.pid)
     out["loadgen_rss_kb_idle"] = proc_memory_kb(lg.pid)
-    out["idle_kb_per_session"] = (out["server_rss_kb_idle"] - base_kb) / n
+    # Per session that came up (a session still handshaking holds next to nothing).
+    out["sessions_up"] = phase_results(lg)[0]["up"]
+    out["idle_kb_per_session"] = (out["server_rss_kb_idle"] - base_kb) / max(out["sessions_up"], 1)
     progress(f"{n} idle sessions: server {out['server_rss_kb_idle']} kB (configured {base_kb})")
     started(lg, 2, 60)
     cpu0, t0 = proc_cpu_s(srv.pid), time.monotonic()
@@ -238,16 +240,19 @@ def idle_run(lab: Lab, a: dict) -> dict:
     started(lg, 1, 180)
     time.sleep(4.0)
     idle_kb = proc_memory_kb(srv.pid)
+    up = phase_results(lg)[0]
     out = {
         "sessions": n,
+        "sessions_up": up["up"],
         "server_rss_kb_configured": base_kb,
         "server_rss_kb_idle": idle_kb,
-        "idle_kb_per_session": (idle_kb - base_kb) / n,
+        # Per session that came up: one still handshaking holds next to nothing.
+        "idle_kb_per_session": (idle_kb - base_kb) / max(up["up"], 1),
         "loadgen_rss_kb_idle": proc_memory_kb(lg.pid),
         "loadavg": os.getloadavg(),
     }
     wait_event(lg, lambda e: e.get("event") == "summary", 60)
-    out["up"] = phase_results(lg)[0]
+    out["up"] = up
     progress(f"{n} idle sessions: {out['idle_kb_per_session']:.1f} kB each, up {out['up']}")
     return out
 

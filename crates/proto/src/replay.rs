@@ -16,7 +16,9 @@ const WORDS: usize = (WINDOW_BITS / 64) as usize + 1;
 pub struct ReplayWindow {
     /// Highest counter accepted so far plus one (0 = nothing accepted yet).
     next: u64,
-    bits: Box<[u64; WORDS]>,
+    /// The bitmap (1 KB), allocated at the first counter accepted: the data-sequence
+    /// window of a session that never carries data holds none (an idle session's memory).
+    bits: Option<Box<[u64; WORDS]>>,
 }
 
 impl Default for ReplayWindow {
@@ -30,7 +32,7 @@ impl ReplayWindow {
     pub fn new() -> Self {
         ReplayWindow {
             next: 0,
-            bits: Box::new([0; WORDS]),
+            bits: None,
         }
     }
 
@@ -46,8 +48,11 @@ impl ReplayWindow {
         if self.next - counter > WINDOW_BITS {
             return false;
         }
+        // Below `next`, so something was accepted and the bitmap exists.
         let (w, b) = Self::slot(counter);
-        self.bits[w] & (1 << b) == 0
+        self.bits
+            .as_ref()
+            .is_none_or(|bits| bits[w] & (1 << b) == 0)
     }
 
     /// Accepts `counter` if it is new and recent; returns whether it was accepted.
@@ -55,19 +60,21 @@ impl ReplayWindow {
         if !self.would_accept(counter) {
             return false;
         }
+        let highest = self.highest();
+        let bits = self.bits.get_or_insert_with(|| Box::new([0; WORDS]));
         if counter >= self.next {
-            if let Some(highest) = self.highest() {
+            if let Some(highest) = highest {
                 // Clear the words the window slides into, at most the whole bitmap.
                 let old_word = highest / 64;
                 let clear = (counter / 64 - old_word).min(WORDS as u64);
                 for i in 1..=clear {
-                    self.bits[((old_word + i) % WORDS as u64) as usize] = 0;
+                    bits[((old_word + i) % WORDS as u64) as usize] = 0;
                 }
             }
             self.next = counter + 1;
         }
         let (w, b) = Self::slot(counter);
-        self.bits[w] |= 1 << b;
+        bits[w] |= 1 << b;
         true
     }
 

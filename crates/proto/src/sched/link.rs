@@ -26,7 +26,9 @@ use core::time::Duration;
 #[derive(Debug, Clone)]
 pub struct LinkScheduler {
     others: BestPath,
-    /// Views without the link singled out, rebuilt per packet in this reused buffer.
+    /// Views without the link singled out, rebuilt per packet in this reused buffer. It
+    /// grows to the number of paths at the first link-policy packet (a session that never
+    /// sends one holds none of it: 2.5 KB for `MAX_PATHS` views otherwise).
     buf: Vec<PathView>,
 }
 
@@ -35,7 +37,7 @@ impl LinkScheduler {
     pub fn new(hold: Duration) -> Self {
         LinkScheduler {
             others: BestPath::new(hold),
-            buf: Vec::with_capacity(super::MAX_PATHS),
+            buf: Vec::new(),
         }
     }
 

@@ -61,40 +61,46 @@ pub enum Slot {
     Next,
 }
 
-/// Up to three keypairs.
+/// Up to three keypairs, each boxed: a keypair is about 1.1 KB (two AEAD key schedules)
+/// and a session usually holds one, so the two empty slots cost a pointer each rather
+/// than a keypair's size (an idle session's memory, issue 20).
 #[derive(Default)]
 pub struct Keyring {
     /// In use for sending.
-    pub current: Option<Keypair>,
+    pub current: Option<Box<Keypair>>,
     /// Still accepted for receiving.
-    pub previous: Option<Keypair>,
+    pub previous: Option<Box<Keypair>>,
     /// Server side: negotiated, promoted on the first datagram received under it.
-    pub next: Option<Keypair>,
+    pub next: Option<Box<Keypair>>,
 }
 
 impl Keyring {
     /// Finds the keypair for a receiver index.
     pub fn find(&mut self, index: u32) -> Option<(Slot, &mut Keypair)> {
-        if let Some(k) = self.current.as_mut().filter(|k| k.local_index == index) {
+        if let Some(k) = self
+            .current
+            .as_deref_mut()
+            .filter(|k| k.local_index == index)
+        {
             return Some((Slot::Current, k));
         }
-        if let Some(k) = self.next.as_mut().filter(|k| k.local_index == index) {
+        if let Some(k) = self.next.as_deref_mut().filter(|k| k.local_index == index) {
             return Some((Slot::Next, k));
         }
         self.previous
-            .as_mut()
+            .as_deref_mut()
             .filter(|k| k.local_index == index)
             .map(|k| (Slot::Previous, k))
     }
 
     /// Installs a keypair for immediate use (client, on the handshake response).
     pub fn install_current(&mut self, k: Keypair) {
-        self.previous = self.current.replace(k);
+        self.previous = self.current.replace(Box::new(k));
     }
 
     /// Installs a keypair awaiting confirmation (server, after answering a rekey).
     pub fn install_next(&mut self, k: Keypair) {
-        self.next = Some(k);
+        self.next = Some(Box::new(k));
     }
 
     /// Promotes `next` to `current` (the peer used it).
