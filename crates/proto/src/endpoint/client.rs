@@ -2,7 +2,8 @@
 //!
 //! Handshake: the same initiation datagram goes out on every available link at once, so
 //! the session comes up over whichever link works first (duplicates are refused by the
-//! server's timestamp check); it is retried every `HANDSHAKE_RETRY` until answered, and
+//! server's timestamp check); it is retried until answered, after 1, 2, then every 4 s
+//! with up to a quarter more of jitter (`handshake_retry`), and
 //! repeated every `REKEY_AFTER` for fresh keys, or sooner once either side has sealed the
 //! cipher's message budget (`Keypair::worn`). If every path has been down for twice the
 //! detection time the client re-handshakes too, which recovers from a server restart.
@@ -20,7 +21,7 @@
 //! instead of being refused as unauthenticated for keys that were about to exist.
 
 use super::datagram::Datagram;
-use super::{EndpointCounters, HANDSHAKE_RETRY, REKEY_AFTER};
+use super::{handshake_retry, EndpointCounters, REKEY_AFTER};
 use crate::crypto::cookie::{Mac16, MacKeys, COOKIE_LIFETIME};
 use crate::crypto::{
     CipherSet, CryptoError, Initiator, PublicKey, StaticSecret, INIT_FLAG_FRESH, INIT_FLAG_RELAYS,
@@ -73,7 +74,8 @@ pub struct LinkInfo {
 struct Pending {
     initiator: Initiator,
     sender_index: u32,
-    sent_at: Instant,
+    /// When an initiation goes out again if this one is not answered.
+    retry_at: Instant,
     /// The copy sent on each link (its mac1 is what a cookie reply is sealed to), and how
     /// often it was resent after a cookie reply.
     copies: Vec<(PathId, Vec<u8>, u8)>,
@@ -95,6 +97,8 @@ pub struct Client {
     links: Vec<LinkInfo>,
     rng: ChaCha20Rng,
     pending: Option<Pending>,
+    /// Initiations in a row not answered (`handshake_retry`); 0 once one is.
+    unanswered: u32,
     fresh: bool,
     /// Relay lists from the server are taken (`accept_relays`).
     relays: bool,
@@ -145,6 +149,7 @@ impl Client {
             links: Vec::new(),
             rng: ChaCha20Rng::from_seed(seed),
             pending: None,
+            unanswered: 0,
             fresh: true,
             relays: false,
             established: false,
@@ -351,6 +356,7 @@ impl Client {
                     self.reset_session(now);
                 }
                 self.done_index = Some(h.sender_index);
+                self.unanswered = 0;
                 let kp = Keypair::new(h.sender_index, p.index(), keys, now);
                 self.session.keys.install_current(kp);
                 self.session.confirm_path(now, link);
@@ -428,10 +434,13 @@ impl Client {
             self.handshake_out.push_back((l.id, l.remote, m.clone()));
             copies.push((l.id, m, 0));
         }
+        let wait = handshake_retry(self.unanswered);
+        let jitter = wait.mul_f64(f64::from(self.rng.next_u32()) / f64::from(u32::MAX) / 4.0);
+        self.unanswered = self.unanswered.saturating_add(1);
         self.pending = Some(Pending {
             initiator,
             sender_index,
-            sent_at: now,
+            retry_at: now + wait + jitter,
             copies,
         });
     }
@@ -441,7 +450,7 @@ impl Client {
             return false;
         }
         if let Some(p) = &self.pending {
-            return now.saturating_since(p.sent_at) >= HANDSHAKE_RETRY;
+            return now >= p.retry_at;
         }
         let old_keys = self
             .session
@@ -464,7 +473,7 @@ impl Client {
             return self.session.poll_timeout();
         }
         let hs = match &self.pending {
-            Some(p) => Some(p.sent_at + HANDSHAKE_RETRY),
+            Some(p) => Some(p.retry_at),
             None => Some(
                 self.session
                     .keys
@@ -473,7 +482,11 @@ impl Client {
                     .map_or(Instant::ZERO, |k| k.created + REKEY_AFTER),
             ),
         };
-        let dead = self.all_down_since.map(|t| t + self.cfg.session.detect * 2);
+        // While a handshake is pending its retry is the only handshake timer (`handshake_due`).
+        let dead = self
+            .all_down_since
+            .filter(|_| self.pending.is_none())
+            .map(|t| t + self.cfg.session.detect * 2);
         [hs, dead, self.session.poll_timeout()]
             .into_iter()
             .flatten()

@@ -22,8 +22,21 @@ use core::time::Duration;
 
 /// Start a new handshake when the current keys are this old (WireGuard's REKEY_AFTER_TIME).
 pub const REKEY_AFTER: Duration = Duration::from_secs(120);
-/// Retry an unanswered handshake after this long.
+/// Retry an unanswered handshake after this long at first (`handshake_retry`).
 pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
+/// Longest wait before retrying an unanswered handshake.
+pub const HANDSHAKE_RETRY_MAX: Duration = Duration::from_secs(4);
+
+/// The wait before retrying a handshake after `unanswered` attempts in a row went
+/// unanswered (0: the first initiation), before its jitter of up to a quarter more: 1, 2,
+/// then 4 s. A server that cannot answer every client at once (thousands re-joining after
+/// its restart) must not be asked again every second by all of them: its queues would
+/// fill with initiations whose initiators have moved on to a newer one, and it would
+/// answer none in time. The jitter keeps clients that started together from retrying
+/// together.
+pub fn handshake_retry(unanswered: u32) -> Duration {
+    (HANDSHAKE_RETRY * 2u32.saturating_pow(unanswered.min(8))).min(HANDSHAKE_RETRY_MAX)
+}
 
 /// Counters of datagrams refused before reaching a session, and of handshakes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

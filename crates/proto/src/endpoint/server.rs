@@ -25,6 +25,7 @@ mod guard;
 mod handshake;
 mod index;
 mod replies;
+mod seen;
 mod shard;
 
 use super::datagram::Datagram;
@@ -138,6 +139,8 @@ pub struct Server {
     /// Which sessions are this thread's (`shard.rs`), and what it owes the others.
     shard: Shard,
     handoffs: Handoffs,
+    /// Initiations already taken (`seen.rs`): the other links' copies cost no DH.
+    seen: seen::SeenInits,
 }
 
 impl Server {
@@ -176,6 +179,7 @@ impl Server {
             by_index: HashMap::new(),
             rng: ChaCha20Rng::from_seed(seed),
             replies: Replies::default(),
+            seen: seen::SeenInits::default(),
             counters: EndpointCounters::default(),
             next_tx_peer: 0,
             next_rx_peer: 0,

@@ -2,11 +2,13 @@
 //! then the Diffie-Hellman, the peer found by its key, its timestamp checked, the session
 //! installed or its next keypair, and the response queued (`replies.rs`). An initiation
 //! for a peer another shard owns is handed to it after the Diffie-Hellman (`shard.rs`):
-//! only there is the key known.
+//! only there is the key known. Another link's copy of an initiation already taken is
+//! refused before its Diffie-Hellman (`seen.rs`).
 //!
 //! Invariants: nothing changes before the initiation authenticated and its timestamp is
 //! newer than the peer's last; a shard hands out only receiver indices it owns.
 
+use super::seen::SeenInits;
 use super::*;
 
 impl Server {
@@ -56,6 +58,12 @@ impl Server {
         from: SocketAddr,
         p: &OuterPacket<&mut [u8]>,
     ) {
+        let ephemeral = SeenInits::key_of(p.noise());
+        if ephemeral.is_some_and(|e| self.seen.contains(&e)) {
+            // Another link's copy of an initiation taken already (or a replay of one).
+            self.counters.rx_handshake_replayed += 1;
+            return;
+        }
         let mut seed = [0u8; 32];
         self.rng.fill_bytes(&mut seed);
         let resp = match Responder::read_init(&self.cfg.local_key, seed, p.noise()) {
@@ -69,6 +77,9 @@ impl Server {
             self.counters.rx_unknown_peer += 1;
             return;
         };
+        if let Some(e) = ephemeral {
+            self.seen.insert(e);
+        }
         if !self.shard.owns_key(&resp.remote()) {
             let to = self.shard.owner_of_key(&resp.remote());
             let bytes = p.bytes().to_vec();

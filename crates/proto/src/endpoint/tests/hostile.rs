@@ -6,6 +6,7 @@
 use super::*;
 use crate::crypto::cookie::MacKeys;
 use crate::crypto::TAG_LEN;
+use crate::endpoint::handshake_retry;
 use crate::session::SessionCounters;
 use crate::wire::{COOKIE_REPLY_LEN, DATA_HEADER_LEN, HANDSHAKE_INIT_LEN, HANDSHAKE_RESP_LEN};
 
@@ -26,10 +27,23 @@ fn unknown_client_key_gets_no_answer() {
     p.run_until(end);
     assert!(!p.client.is_established());
     let inits = p.sent.iter().filter(|s| s.to_server).count() as u64;
-    // One attempt per HANDSHAKE_RETRY on each of the 2 links: at 0, 1, …, 6 s.
-    let attempts = end.saturating_since(Instant::ZERO).as_secs() / HANDSHAKE_RETRY.as_secs() + 1;
-    assert_eq!(inits, 2 * attempts, "client attempts");
-    // Let the last ones arrive (the next attempt is a second away).
+    // One attempt on each of the 2 links at 0 s and after every retry wait (1, 2, 4 s, up
+    // to a quarter more each): as many as the shortest waits allow, at least as many as
+    // the longest.
+    let attempts_by = |stretch: f64| {
+        let (mut at, mut n) = (Duration::ZERO, 0u64);
+        while Instant::ZERO + at <= end {
+            at += handshake_retry(n as u32).mul_f64(stretch);
+            n += 1;
+        }
+        n
+    };
+    let (fewest, most) = (attempts_by(1.25), attempts_by(1.0));
+    assert!(
+        (2 * fewest..=2 * most).contains(&inits),
+        "client attempts: {inits} initiations, {fewest}..={most} per link expected"
+    );
+    // Let the last ones arrive (the next attempt is at least a second away).
     p.run_until(end + Duration::from_millis(100));
     let c = p.server.counters();
     assert_eq!(
