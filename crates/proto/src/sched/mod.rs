@@ -101,6 +101,7 @@ pub(crate) mod testutil {
             capacity_bps: 0.0,
             bw_age: Duration::ZERO,
             fwd_queue: Duration::ZERO,
+            fwd_queue_peak: Duration::ZERO,
             cost: 1,
             standby: false,
         }

@@ -61,17 +61,25 @@ pub const PROBE_BYTES: u64 = 15_000;
 
 /// Bytes a flow must have sent (weighted by age, `FlowMeter`) before `q` is added to
 /// primary `p`.
-pub fn stripe_threshold(p: &PathView, q: &PathView) -> u64 {
+pub fn stripe_threshold(p: &PathView, q: &PathView, len: usize) -> u64 {
     // A path given little to do has a low estimate; the packet-pair capacity says what it
     // could carry, which is what the question is about.
     let rq = q.bandwidth_bps.max(q.capacity_bps);
     let rp = p.bandwidth_bps;
-    if rp <= 0.0 || rq <= 0.0 || !q.bw_valid {
-        // Unmeasured (or only measured with keepalives): use it, that is how it gets
-        // measured; an estimate from a starved path would keep it starved.
+    if rp <= 0.0 || rq <= 0.0 {
+        // Unmeasured: use it, that is how it gets measured.
         return 0;
     }
-    let dd = (one_way(q) - one_way(p)).max(0.0);
+    // An estimate not yet taken while busy is judged too (it is a lower bound, raised by
+    // the pair capacity): allowed whatever it read, a link that delivers in bursts, whose
+    // every sample was application-limited, carried the flow's packets into its silences
+    // for the whole run; left, it is measured with copies (`remeasured`: its estimate has
+    // no busy sample) and taken once its pairs say it pays.
+    // q's packets are charged the highest queue they met lately, not the mean: on a link
+    // that delivers in bursts the reorder buffer waits for the datagram that was sent
+    // into a silence.
+    let peak = q.fwd_queue_peak.saturating_sub(q.fwd_queue).as_secs_f64();
+    let dd = (arrival(q, len) + peak - arrival(p, len)).max(0.0);
     (dd * rp * (rp + rq) / rq).min(u64::MAX as f64 / 2.0) as u64
 }
 
@@ -80,14 +88,24 @@ fn one_way(p: &PathView) -> f64 {
     p.forward_delay_s()
 }
 
+/// When `len` bytes sent now on `p` arrive, seconds: its one-way delay plus their
+/// serialisation at its rate, as the scheduler reckons it. What the receiver's reorder
+/// buffer holds the flow for is the difference of these, not of the one-way delays: at
+/// 0.8 Mbit/s a 1.4-kB datagram takes 14 ms to cross the link.
+fn arrival(p: &PathView, len: usize) -> f64 {
+    super::earliest::expected_delivery(p, len)
+}
+
 /// Keeps the paths a flow that has sent `flow_bytes` (weighted by age) may use: the
-/// primary (lowest one-way delay) and every other path whose threshold it has passed. In
-/// place: a set of views is kilobytes (`MAX_PATHS` of them), too much to copy per packet.
-/// Returns a path it left out that is due to be measured again (`remeasured`): the
-/// caller sends a copy of the packet there too.
+/// primary (lowest one-way delay) and every other path whose threshold it has passed —
+/// `ENTER` times over for a path the flow is not striped over yet (`striped`, the flow's
+/// set, updated here). In place: a set of views is kilobytes (`MAX_PATHS` of them), too
+/// much to copy per packet. Returns a path it left out that is due to be measured again
+/// (`remeasured`): the caller sends a copy of the packet there too.
 pub fn retain_eligible(
     paths: &mut Vec<PathView>,
     flow_bytes: u64,
+    striped: &mut PathBits,
     now: Instant,
     len: usize,
 ) -> Option<PathId> {
@@ -96,7 +114,14 @@ pub fn retain_eligible(
         .copied()?;
     let mut probe = None;
     paths.retain(|q| {
-        let keep = q.id == primary.id || stripe_threshold(&primary, q) <= flow_bytes;
+        let threshold = stripe_threshold(&primary, q, len);
+        let bar = if striped.has(q.id) {
+            threshold
+        } else {
+            threshold.saturating_mul(ENTER)
+        };
+        let keep = q.id == primary.id || bar <= flow_bytes;
+        striped.set(q.id, keep && q.id != primary.id);
         if !keep && probe.is_none() && q.usable() && remeasured(q, now, len) {
             probe = Some(q.id);
         }
@@ -119,6 +144,41 @@ fn remeasured(q: &PathView, now: Instant, len: usize) -> bool {
         && q.ready_at <= now
 }
 
+/// A path a flow is not striped over is taken (back) only once the flow passes its
+/// threshold this many times over; it is left as soon as the flow falls below it. Taking
+/// a later path costs more than the threshold counts: the reorder wait behind it lengthens
+/// the inner TCP's round trip at once, and its window grows into the new path only at
+/// congestion-avoidance pace (seconds below the primary alone, the simulator's
+/// `changing_links` test). Without the margin, on a Wi-Fi link beside a 0.8 Mbit/s
+/// cellular one 20 ms later (the mptraces 23_2 pair), the flow's rate and the max-filtered
+/// estimates moved the decision across the threshold 128 times in 20 s, and the flow
+/// delivered 0.89 of the Wi-Fi link alone (simulator).
+pub const ENTER: u64 = 4;
+
+/// A set of paths (bit `id mod 128`; a collision only costs the `ENTER` margin).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathBits(u128);
+
+impl PathBits {
+    fn bit(id: PathId) -> u128 {
+        1u128 << (id.0 & 127)
+    }
+
+    /// Whether `id` is in the set.
+    pub fn has(self, id: PathId) -> bool {
+        self.0 & Self::bit(id) != 0
+    }
+
+    /// Puts `id` in the set or takes it out.
+    pub fn set(&mut self, id: PathId, on: bool) {
+        if on {
+            self.0 |= Self::bit(id);
+        } else {
+            self.0 &= !Self::bit(id);
+        }
+    }
+}
+
 /// `e^(−dt/HORIZON)`: the weight left to a byte `dt` old.
 fn decay(dt: Duration) -> f64 {
     (-dt.as_secs_f64() / HORIZON.as_secs_f64()).exp()
@@ -134,6 +194,9 @@ struct Seen {
     /// (what eviction goes by).
     seq: Option<u64>,
     seen: Instant,
+    /// The paths besides the primary the flow is striped over (`retain_eligible`);
+    /// emptied with the burst.
+    striped: PathBits,
 }
 
 /// Bytes sent per flow in its current burst.
@@ -158,6 +221,21 @@ impl FlowMeter {
             .map(|s| (now.saturating_since(s.last), s.bytes))
             .filter(|&(idle, _)| idle < IDLE)
             .map_or(0, |(idle, b)| (b * decay(idle)) as u64)
+    }
+
+    /// The paths besides the primary the flow is striped over (empty for a new flow).
+    pub fn striped(&self, key: &FlowKey) -> PathBits {
+        self.flows
+            .get(key)
+            .map_or_else(PathBits::default, |s| s.striped)
+    }
+
+    /// Stores the flow's striped set (`retain_eligible` updated it); a flow not tracked
+    /// is left so (`record` adds it).
+    pub fn set_striped(&mut self, key: &FlowKey, striped: PathBits) {
+        if let Some(s) = self.flows.get_mut(key) {
+            s.striped = striped;
+        }
     }
 
     /// Records that the flow sent packet `seq` at `now` — counting its `len` bytes, unless
@@ -193,10 +271,16 @@ impl FlowMeter {
             last: now,
             seq: None,
             seen: now,
+            striped: PathBits::default(),
         });
         if let Some(len) = len {
             let idle = now.saturating_since(e.last);
-            let kept = if idle >= IDLE { 0.0 } else { decay(idle) };
+            let kept = if idle >= IDLE {
+                e.striped = PathBits::default();
+                0.0
+            } else {
+                decay(idle)
+            };
             e.bytes = e.bytes * kept + len as f64;
             e.last = now;
         }
@@ -224,7 +308,13 @@ mod tests {
 
     fn eligible(paths: &[PathView], flow_bytes: u64) -> Vec<PathId> {
         let mut v: Vec<PathView> = paths.to_vec();
-        retain_eligible(&mut v, flow_bytes, Instant::ZERO, 1500);
+        retain_eligible(
+            &mut v,
+            flow_bytes,
+            &mut PathBits::default(),
+            Instant::ZERO,
+            1500,
+        );
         v.iter().map(|p| p.id).collect()
     }
 
@@ -233,12 +323,12 @@ mod tests {
         // 50 Mbit/s at 20 ms RTT, 20 Mbit/s at 80 ms RTT: d_q - d_p = 30 ms.
         let p = view(0, PathState::Up, 20, 50.0);
         let q = view(1, PathState::Up, 80, 20.0);
-        let t = stripe_threshold(&p, &q) as f64;
+        let t = stripe_threshold(&p, &q, 0) as f64;
         let want = 0.030 * 6.25e6 * (6.25e6 + 2.5e6) / 2.5e6;
         assert!((t - want).abs() < 1.0, "{t} vs {want}");
         // Equal delays: stripe from the first byte.
         let q2 = view(1, PathState::Up, 20, 5.0);
-        assert_eq!(stripe_threshold(&p, &q2), 0);
+        assert_eq!(stripe_threshold(&p, &q2, 0), 0);
     }
 
     #[test]
@@ -280,9 +370,9 @@ mod tests {
     fn the_pair_capacity_raises_an_idle_paths_rate() {
         let p = view(0, PathState::Up, 20, 20.0);
         let mut q = view(1, PathState::Up, 140, 1.0);
-        assert!(stripe_threshold(&p, &q) > 3_000_000);
+        assert!(stripe_threshold(&p, &q, 0) > 3_000_000);
         q.capacity_bps = 20e6 / 8.0;
-        assert!(stripe_threshold(&p, &q) < 400_000);
+        assert!(stripe_threshold(&p, &q, 0) < 400_000);
     }
 
     /// A left path whose estimate no busy sample refreshed for `REMEASURE` is named for
@@ -293,7 +383,13 @@ mod tests {
         let mut q = view(1, PathState::Up, 140, 1.0);
         let probe = |q: &PathView| {
             let mut v = vec![p, *q];
-            let r = retain_eligible(&mut v, 2_500_000, Instant::ZERO, 1400);
+            let r = retain_eligible(
+                &mut v,
+                2_500_000,
+                &mut PathBits::default(),
+                Instant::ZERO,
+                1400,
+            );
             assert_eq!(v.len(), 1, "left out either way");
             r
         };
