@@ -43,8 +43,8 @@ pub struct ForwardDelay {
     peak_prev: i64,
 }
 
-/// How far back `peak_at` looks: what a datagram waited in the path recently, not on
-/// average. A link that delivers in bursts with silences between them (a cellular
+/// How far back `peak_at` looks (in buckets of half of it): what a datagram waited in
+/// the path recently, not on average. A link that delivers in bursts with silences between them (a cellular
 /// scheduler's grants) holds the datagrams sent into a silence for up to the silence,
 /// while the smoothed reading, taken mostly from datagrams that left just before a burst,
 /// stays low; the receiver's reorder buffer waits for the late ones.
@@ -195,6 +195,24 @@ mod tests {
             f.on_sample(at(40), at(20), peer(20, 10), None),
             Duration::ZERO
         );
+    }
+
+    /// The peak is the highest queue of about the last `PEAK_WINDOW` (buckets of half
+    /// of it), whatever the smoothed reading says, and is forgotten once no sample has
+    /// come for that long.
+    #[test]
+    fn the_peak_keeps_the_longest_wait_for_a_window() {
+        let mut f = ForwardDelay::default();
+        let peer = |sent_ms: u64, owd_ms: u64| ((sent_ms + owd_ms) * 1000) as u32;
+        f.on_sample(at(10), at(0), peer(0, 10), None);
+        // One datagram waited 900 ms (sent into a silence), the next ones did not.
+        f.on_sample(at(1000), at(90), peer(90, 910), None);
+        f.on_sample(at(1001), at(990), peer(990, 11), None);
+        assert!(f.smoothed() < Duration::from_millis(150));
+        assert_eq!(f.peak_at(at(1001)), Duration::from_millis(900));
+        f.on_sample(at(1800), at(1790), peer(1790, 10), None);
+        assert_eq!(f.peak_at(at(1800)), Duration::from_millis(900), "a burst later");
+        assert_eq!(f.peak_at(at(3900)), Duration::ZERO, "no sample for a window");
     }
 
     #[test]

@@ -20,6 +20,16 @@
 //! rule reads: q pays when what it adds in T (`R_q · T`) exceeds what its extra delay
 //! costs the whole stream (`(R_p + R_q) · (d_q − d_p)`), for a flow running at R_p.
 //!
+//! `d` is when a datagram sent now arrives, as the receiver's reorder buffer waits for
+//! it: one-way delay, forward queue and serialisation at the path's rate (14 ms for a
+//! 1.4-kB datagram at 0.8 Mbit/s), and for q the highest forward queue its datagrams met
+//! over the last two seconds rather than the mean — a link that delivers in bursts holds
+//! a datagram sent into a silence for the whole silence. A path whose estimate was never
+//! taken while busy is judged as well (its rate is the estimate or its pair capacity,
+//! whichever is higher); only a path with no figure at all is used unjudged. A path the
+//! flow is not striped over is taken only at `ENTER` times the threshold (hysteresis:
+//! taking a later path back costs the inner TCP more than the threshold counts).
+//!
 //! A path the rule leaves unused gets no new rate samples, and its estimate would keep
 //! the value that excluded it: once the estimate is older than `REMEASURE` (no sample
 //! taken while the path was busy), the path carries copies of a few of the flow's
@@ -338,7 +348,8 @@ mod tests {
             view(1, PathState::Up, 20, 50.0),
         ];
         assert_eq!(eligible(&paths, 10_000), [PathId(1)]);
-        assert_eq!(eligible(&paths, 1_000_000).len(), 2);
+        // Past `ENTER` times the threshold (656 kB, a little more with serialisation).
+        assert_eq!(eligible(&paths, 3_000_000).len(), 2);
     }
 
     /// A long flow is judged by its recent rate over `HORIZON`, not by all it has sent:
@@ -401,6 +412,46 @@ mod tests {
         q.inflight_bytes = 0;
         q.ready_at = Instant::from_micros(1);
         assert_eq!(probe(&q), None, "its pacer is closed");
+    }
+
+    /// A path the flow is not striped over is taken at `ENTER` times the threshold, and
+    /// kept down to the threshold itself.
+    #[test]
+    fn a_path_is_taken_back_only_well_past_the_threshold() {
+        let p = view(0, PathState::Up, 20, 20.0);
+        let q = view(1, PathState::Up, 60, 10.0);
+        let t = stripe_threshold(&p, &q, 1400);
+        let run = |bytes: u64, striped: &mut PathBits| {
+            let mut v = vec![p, q];
+            retain_eligible(&mut v, bytes, striped, Instant::ZERO, 1400);
+            v.len()
+        };
+        let mut striped = PathBits::default();
+        assert_eq!(run(2 * t, &mut striped), 1, "not taken below ENTER x");
+        assert_eq!(run(ENTER * t, &mut striped), 2);
+        assert!(striped.has(PathId(1)));
+        assert_eq!(run(t, &mut striped), 2, "kept down to the threshold");
+        assert_eq!(run(t - 1, &mut striped), 1);
+        assert!(!striped.has(PathId(1)));
+    }
+
+    /// A link that delivers in bursts: its packet pairs read the burst rate, but the
+    /// datagrams sent into its silences waited 900 ms, and that is what it is charged.
+    /// Never measured busy is no free pass once it has a figure.
+    #[test]
+    fn a_bursty_path_is_charged_its_peak_queue() {
+        let p = view(0, PathState::Up, 20, 20.0);
+        let mut q = view(1, PathState::Up, 60, 8.0);
+        let s = 2_500_000; // 20 Mbit/s × HORIZON
+        assert_eq!(eligible(&[p, q], s).len(), 2);
+        q.fwd_queue_peak = Duration::from_millis(900);
+        assert_eq!(eligible(&[p, q], s), [PathId(0)]);
+        q.fwd_queue_peak = Duration::ZERO;
+        q.bw_valid = false;
+        q.bandwidth_bps = 1e3;
+        assert_eq!(eligible(&[p, q], s), [PathId(0)], "a lone trickle");
+        q.bandwidth_bps = 0.0;
+        assert_eq!(eligible(&[p, q], s).len(), 2, "no figure at all");
     }
 
     #[test]
