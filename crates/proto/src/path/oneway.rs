@@ -211,8 +211,16 @@ mod tests {
         assert!(f.smoothed() < Duration::from_millis(150));
         assert_eq!(f.peak_at(at(1001)), Duration::from_millis(900));
         f.on_sample(at(1800), at(1790), peer(1790, 10), None);
-        assert_eq!(f.peak_at(at(1800)), Duration::from_millis(900), "a burst later");
-        assert_eq!(f.peak_at(at(3900)), Duration::ZERO, "no sample for a window");
+        assert_eq!(
+            f.peak_at(at(1800)),
+            Duration::from_millis(900),
+            "a burst later"
+        );
+        assert_eq!(
+            f.peak_at(at(3900)),
+            Duration::ZERO,
+            "no sample for a window"
+        );
     }
 
     #[test]
