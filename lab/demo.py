@@ -13,6 +13,9 @@ per-link throughput view in the terminal (``multihome status --json`` deltas, on
 5. a short report (markdown + PNG/SVG plots) in results/demo-<rev>/ (lab/demo_report.py).
 
 Runs in about a minute and a half; the lab is always torn down (namespaces, processes).
+``--stream`` runs the same with stream mode on (docs/STREAM.md): the LAN host's TCP, the
+bulk downloads among it, is carried over kernel MPTCP; ``--stream-set KEY=VALUE`` sets keys of
+the client's ``[stream]`` (an A/B, e.g. ``remove_addr=false``). Off by default.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from lab.bench.failover import parse_stream_set
 from lab.demo_report import headline, write_report
 from lab.linkem import linkem_binary
 from lab.netns import REPO_ROOT, Lab, LabError
@@ -101,7 +105,8 @@ def mean(vals: list[float]) -> float:
     return statistics.fmean(vals) if vals else float("nan")
 
 
-def run(cc: str, scenario: str = "home") -> dict:
+def run(cc: str, scenario: str = "home", stream: dict | None = None) -> dict:
+    """``stream``: stream mode on, with these extra keys of the client's ``[stream]``."""
     sc = load(scenario)
     with Lab() as lab:
         t0 = time.monotonic()
@@ -118,6 +123,9 @@ def run(cc: str, scenario: str = "home") -> dict:
             )
 
         step(2, "starting multihome client and server")
+        if stream is not None:
+            topo.set_stream(True, cc)
+            topo.client_sections["stream"].update(stream)
         topo.start()
         print(
             f"  session up, links {topo.link_states()}; policy: VoIP port {VOIP_PORT} -> "
@@ -256,18 +264,25 @@ def main() -> None:
         help="home (synthetic LTE trace), or lte-real (a real LTE trace read in place from "
         "../shared/data; skipped when absent): any scenario with links `dsl` and `lte`",
     )
+    parser.add_argument("--stream", action="store_true", help="stream mode on (docs/STREAM.md)")
+    parser.add_argument(
+        "--stream-set", nargs="*", metavar="KEY=VALUE", help="with --stream: [stream] keys"
+    )
     args = parser.parse_args()
     check_ready()
     rev, dirty = git_revision()
     name = "demo" if args.scenario == "home" else f"demo-{args.scenario}"
+    name += "-stream" if args.stream else ""
     out_dir = args.out or REPO_ROOT / "results" / f"{name}-{rev}{'-dirty' if dirty else ''}"
     start = time.monotonic()
     try:
-        data = run(args.cc, args.scenario)
+        stream = parse_stream_set(args.stream_set) if args.stream else None
+        data = run(args.cc, args.scenario, stream)
     except ScenarioUnavailable as exc:
         print(f"skipped: {exc}")
         return
     data["revision"], data["dirty"], data["scenario"] = rev, dirty, args.scenario
+    data["stream"] = stream
     step(5, f"report in {out_dir}")
     report = write_report(out_dir, data)
     print(f"\n  {headline(data)}\n")

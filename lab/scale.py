@@ -72,6 +72,7 @@ class ScaleLab:
     per_address: int = 1
     roam: bool = True
     detect_ms: int = 1000
+    threads: int | None = None
     lg: Namespace = field(init=False)
     srv: Namespace = field(init=False)
     server: Proc | None = None
@@ -106,6 +107,7 @@ class ScaleLab:
              "--out", str(self.dir), "--inner-base", INNER_BASE],
             timeout=300,
         )  # fmt: skip
+        threads = f"threads = {self.threads}\n" if self.threads else ""
         server = (
             "[server]\n"
             f'listen = "0.0.0.0:{PORT}"\n'
@@ -114,6 +116,7 @@ class ScaleLab:
             'tun_address = "10.200.0.1/16"\n'
             f"mtu = {MTU}\n"
             f"detect_ms = {self.detect_ms}\n"
+            f"{threads}"
             f'control_socket = "{self.dir / "server.sock"}"\n\n'
         )
         (self.dir / "server.toml").write_text(server + (self.dir / "peers.toml").read_text())

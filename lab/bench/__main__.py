@@ -134,8 +134,20 @@ def main() -> int:
     )
     parser.add_argument(
         "--tag",
-        help="aggregate: file a partial run as bench/results/aggregate-TAG.json (a named "
-        "result kept beside the suite's, e.g. one case with more runs)",
+        help="aggregate, failover: file a partial run as bench/results/<suite>-TAG.json (a "
+        "named result kept beside the suite's, e.g. one case with more runs or an A/B)",
+    )
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="failover: stream mode alone, the origin sending (saved as failover-download)",
+    )
+    parser.add_argument(
+        "--stream-set",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="failover: keys of the client's [stream] for stream mode's runs, e.g. "
+        "remove_addr=false",
     )
     parser.add_argument(
         "--no-mptcp", action="store_true", help="cellular-drive: leave kernel MPTCP's run out"
@@ -164,6 +176,11 @@ def main() -> int:
         type=int,
         default=1000,
         help="scale: every session's detect_ms (idle paths are probed every quarter of it)",
+    )
+    parser.add_argument(
+        "--server-threads",
+        type=int,
+        help="scale: the server's data-path threads (default: the daemon's, one per core)",
     )
     parser.add_argument(
         "--flood-only",
@@ -243,11 +260,17 @@ def main() -> int:
                 seconds=args.seconds or 10,
                 detect_ms=args.detect_ms,
                 flood_only=args.flood_only,
+                server_threads=args.server_threads,
             )
         elif suite == "quic":
             quic.main(runs=args.runs, seconds=args.seconds, only=args.cases)
         else:
-            failover.main(runs=args.runs or 3)
+            failover.main(
+                runs=args.runs or 3,
+                download=args.download,
+                stream_set=failover.parse_stream_set(args.stream_set),
+                tag=args.tag,
+            )
     return 0
 
 

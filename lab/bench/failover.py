@@ -14,6 +14,13 @@ would measure plain TCP, not MPTCP. Measured in this lab, recorded in docs/EXPER
 
 Systems: multihome with each policy (a fresh topology per policy, since the policy is client
 configuration) and kernel MPTCP (subflows over both links, initial subflow on link a).
+
+``--download``: stream mode alone, the origin sending to the LAN host (``srv`` sends for 15 s,
+measured at the LAN host), saved as ``failover-download`` (``-TAG`` with ``--tag``). Stream
+mode opens every subflow from the client whatever the direction, so a download uses both
+links; the cut link carries the initial subflow (link a is first in the config), the case
+where only the client's steering and its REMOVE_ADDR reach the server. ``--stream-set
+KEY=VALUE`` sets keys of the client's ``[stream]`` for an A/B (e.g. ``remove_addr=false``).
 """
 
 from __future__ import annotations
@@ -38,7 +45,16 @@ def goodput(timeline: list[int], bin_ms: float, t0: float, t1: float) -> float:
     return (timeline[i1] - timeline[i0]) * 8 / ((i1 - i0) * bin_ms / 1000) / 1e6
 
 
-def one_run(topo, system: str, *, seconds: float, cut_at: float, cut: int, port: int) -> dict:  # noqa: ANN001
+def one_run(  # noqa: PLR0913 - the run's parameters
+    topo,  # noqa: ANN001
+    system: str,
+    *,
+    seconds: float,
+    cut_at: float,
+    cut: int,
+    port: int,
+    download: bool = False,
+) -> dict:
     link = topo.emulated[cut]
     timer = threading.Timer(cut_at, link.down)
 
@@ -49,20 +65,27 @@ def one_run(topo, system: str, *, seconds: float, cut_at: float, cut: int, port:
             time.sleep(0.005)
         timer.start()
 
+    sending: dict = {"client_send_seconds": seconds}
+    if download:
+        # The LAN host half-closes only at the end: its FIN becomes the MPTCP connection's
+        # DATA_FIN, after which the server's kernel refuses new subflows.
+        sending = {"server_send_seconds": seconds, "client_close_after": seconds}
     try:
         res = run_transfer(
             topo,
             system,
-            client_send_seconds=seconds,
             timeout=seconds + 90,
             port=port,
             during=start_timer,
+            **sending,
         )
     finally:
         timer.cancel()
         link.up()
-    # The client sends, the server receives: the receiver's view is the server's result.
+    # The receiver's view: the server's result in an upload, the client's in a download.
     snd, rcv = res.get("client", {}), res.get("server", {})
+    if download:
+        snd, rcv = rcv, snd
     survived = (
         "error" not in res
         and rcv.get("error") is None
@@ -90,12 +113,22 @@ def one_run(topo, system: str, *, seconds: float, cut_at: float, cut: int, port:
 LABELS = {"mptcp": "kernel MPTCP", "stream": "multihome stream"}
 
 
-def run_config(sc, policy: str, systems: list[str], runs: int, b: dict) -> list[dict]:
+def run_config(  # noqa: PLR0913 - the configuration's parameters
+    sc,  # noqa: ANN001
+    policy: str,
+    systems: list[str],
+    runs: int,
+    b: dict,
+    *,
+    download: bool = False,
+    stream_set: dict | None = None,
+) -> list[dict]:
     out = []
     with Lab() as lab:
         topo = sc.topology(lab, policy=policy)
         if "stream" in systems:
             topo.set_stream(True, "cubic")
+            topo.client_sections["stream"].update(stream_set or {})
         topo.start()
         if "mptcp" in systems:
             mptcp.enable(topo)
@@ -110,6 +143,7 @@ def run_config(sc, policy: str, systems: list[str], runs: int, b: dict) -> list[
                     cut_at=b["cut_at_s"],
                     cut=b["cut_link"],
                     port=9200 + r,
+                    download=download,
                 )
                 res["label"] = label
                 res["policy"] = policy if system == "multihome" else None
@@ -153,16 +187,41 @@ def plot(results: list[dict], b: dict):
     return fig
 
 
-def main(runs: int = 3) -> dict:
+def parse_stream_set(items: list[str] | None) -> dict:
+    """``KEY=VALUE`` strings as [stream] keys: true/false as booleans, digits as integers."""
+    out: dict = {}
+    for item in items or []:
+        key, _, value = item.partition("=")
+        if value in ("true", "false"):
+            out[key] = value == "true"
+        else:
+            out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+def main(
+    runs: int = 3,
+    *,
+    download: bool = False,
+    stream_set: dict | None = None,
+    tag: str | None = None,
+) -> dict:
     sc = load("failover")
     b = sc.bench
-    progress(f"failover: policies {b['policies']} + kernel MPTCP, {runs} runs each\n{sc.picture}")
     results: list[dict] = []
-    for k, policy in enumerate(b["policies"]):
+    if download:
+        progress(f"failover download: stream mode, {runs} runs, {stream_set or {}}\n{sc.picture}")
+        policy = b["policies"][0]
+        results = run_config(sc, policy, ["stream"], runs, b, download=True, stream_set=stream_set)
+    else:
+        progress(
+            f"failover: policies {b['policies']} + kernel MPTCP, {runs} runs each\n{sc.picture}"
+        )
+    for k, policy in enumerate([] if download else b["policies"]):
         progress(f"multihome policy {policy}")
         # Stream mode and kernel MPTCP ride along in the first topology (same links).
         systems = ["multihome", "stream", "mptcp"] if k == 0 else ["multihome"]
-        results.extend(run_config(sc, policy, systems, runs, b))
+        results.extend(run_config(sc, policy, systems, runs, b, stream_set=stream_set))
     summary = {}
     for label in dict.fromkeys(r["label"] for r in results):
         rs = [r for r in results if r["label"] == label]
@@ -174,8 +233,10 @@ def main(runs: int = 3) -> dict:
             "median_before_mbps": statistics.median(r["before_mbps"] for r in rs),
             "median_after_mbps": statistics.median(r["after_mbps"] for r in rs),
         }
-    data = {"params": b, "summary": summary, "runs": results}
-    save("failover", data, plot(results, b))
+    params = {**b, "download": download, "stream_set": stream_set or {}}
+    data = {"params": params, "summary": summary, "runs": results}
+    name = "failover-download" if download else "failover"
+    save(f"{name}-{tag}" if tag else name, data, plot(results, b))
     head = ("system", "survived", "gap median", "gap max", "before", "after")
     print("\n{:22} {:>9} {:>11} {:>8} {:>7} {:>6}".format(*head))
     for label, s in summary.items():

@@ -58,6 +58,9 @@ COMMANDS = {
     "simult-flows-partial": f"{PY} -m lab.bench simult-flows --cases 0 1",
     "overhead": f"{PY} -m lab.bench overhead",
     "failover": f"{PY} -m lab.bench failover",
+    "failover-download": f"{PY} -m lab.bench failover --download --runs 5",
+    "failover-download-no-remove-addr": f"{PY} -m lab.bench failover --download --runs 5 "
+    "--stream-set remove_addr=false --tag no-remove-addr",
     "aggregate": f"{PY} -m lab.bench aggregate",
     "aggregate-quick": f"{PY} -m lab.bench aggregate --cases fixed --seconds 20",
     "aggregate-bursty": f"{PY} -m lab.bench aggregate --cases 30+20+10-bursty --seconds 20 "

@@ -350,7 +350,9 @@ QUIC_KEYS = ("goodput_mbps", "best_single_mbps", "ratio_best_single", "ratio_to_
 def _scale(d: dict) -> list[tuple[str, dict]]:
     s = d["summary"]
     keys = tuple(k for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool))
-    return [(str(s["sessions"]), _figs(s, keys))]
+    threads = d.get("params", {}).get("server_threads")
+    case = str(s["sessions"]) + (f", threads = {threads}" if threads else "")
+    return [(case, _figs(s, keys))]
 
 
 EXTRACT = {

@@ -102,7 +102,7 @@ def start_flood(s: ScaleLab, procs: int, seconds: float) -> list:
 def big_run(lab: Lab, a: dict) -> dict:
     """Phases 1-5 with ``sessions`` clients."""
     n, secs, bulk_s = a["sessions"], a["seconds"], a["bulk_seconds"]
-    s = ScaleLab(lab, a["binary"], n, detect_ms=a["detect_ms"])
+    s = ScaleLab(lab, a["binary"], n, detect_ms=a["detect_ms"], threads=a["server_threads"])
     s.keys()
     srv = s.start_server()
     s.srv.route_replace(SPOOFED, via="10.1.0.2")  # replies to the flood die in lg
@@ -173,7 +173,9 @@ def flooded(s: ScaleLab, lg, a: dict) -> dict:  # noqa: ANN001
 def flood_run(lab: Lab, a: dict) -> dict:
     """Only the flood phase: ``sessions`` clients up, then bulk with re-joins twice, the
     second time beside the flood (phases 6 and 7 of the full run, numbered 1 and 2)."""
-    s = ScaleLab(lab, a["binary"], a["sessions"], detect_ms=a["detect_ms"])
+    s = ScaleLab(
+        lab, a["binary"], a["sessions"], detect_ms=a["detect_ms"], threads=a["server_threads"]
+    )
     s.keys()
     s.start_server()
     s.srv.route_replace(SPOOFED, via="10.1.0.2")
@@ -219,7 +221,15 @@ def flood_summary(run: dict) -> dict:
 def idle_run(lab: Lab, a: dict) -> dict:
     """``idle_sessions`` clients (5 per address) up and quiet: memory per idle session."""
     n = a["idle_sessions"]
-    s = ScaleLab(lab, a["binary"], n, per_address=5, roam=False, detect_ms=a["detect_ms"])
+    s = ScaleLab(
+        lab,
+        a["binary"],
+        n,
+        per_address=5,
+        roam=False,
+        detect_ms=a["detect_ms"],
+        threads=a["server_threads"],
+    )
     s.keys()
     srv = s.start_server(timeout=120)
     time.sleep(1.0)
@@ -308,6 +318,7 @@ def main(sessions: int = 1000, idle_sessions: int = 10_000, seconds: float = 10,
         "rate_kbit": kw.get("rate_kbit", 256), "packet_bytes": kw.get("packet_bytes", 600),
         "bulk_mbit": kw.get("bulk_mbit", 2.0), "flood_procs": kw.get("flood_procs", 2),
         "low_rate_kbit": kw.get("low_rate_kbit", 16), "detect_ms": kw.get("detect_ms", 1000),
+        "server_threads": kw.get("server_threads"),
     }  # fmt: skip
     if kw.get("flood_only"):
         with Lab() as lab:

@@ -5,7 +5,8 @@ addresses; the server is the real daemon with 200 ``[[peer]]`` entries. Asserted
 sessions and the sink saw: every session comes up; numbered packets from every session reach
 the sink and their echoes come back (counted per session); 5 % of the sessions leave (CLOSE)
 and join again with the same key, 5 % move link 0 to a new address, and both keep carrying
-traffic; the server refused no one (no rate limiting, no unknown peer).
+traffic; the server refused no one (no rate limiting, no unknown peer). The server runs two
+data-path threads: both hold sessions, and every session is listed once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ SESSIONS = 200
 
 
 def test_200_sessions_on_one_server(lab: Lab, multihome_bin: Path) -> None:
-    s = ScaleLab(lab, multihome_bin, SESSIONS)
+    s = ScaleLab(lab, multihome_bin, SESSIONS, threads=2)
     s.keys()
     s.start_server()
     lg = s.loadgen(
@@ -42,7 +43,16 @@ def test_200_sessions_on_one_server(lab: Lab, multihome_bin: Path) -> None:
         assert p["acted_on"] == SESSIONS // 20, p
         assert p["back_up"] == p["acted_on"], p
         assert p["acted_sent"] > 0, p
-    counters = s.server_status()["counters"]
+    status = s.server_status()
+    counters = status["counters"]
+    sessions = status["sessions"]
+    assert len(sessions) == SESSIONS, len(sessions)
+    per_thread = [sum(1 for x in sessions if x["thread"] == t) for t in (0, 1)]
+    # Keys map to threads uniformly: 100 each, give or take a binomial spread.
+    assert min(per_thread) >= SESSIONS // 4, per_thread
+    # Initiations land on either thread by source; those for the other's peers move.
+    assert counters["handed_off"] > 0, counters
+    assert counters["handoff_drops"] == 0, counters
     assert counters["handshakes"] >= SESSIONS + res["churn"]["acted_on"], counters
     assert counters["rx_handshake_rate_limited"] == 0, counters
     assert counters["rx_unknown_peer"] == 0, counters

@@ -19,7 +19,7 @@ import pytest
 
 from lab.mptcp import counters as mptcp_counters
 from lab.netns import Lab, Proc
-from lab.topology import ORIGIN, LinkSpec, Topology
+from lab.topology import ORIGIN, LinkSpec, Topology, link_ip
 
 FAST, SLOW = 100.0, 50.0
 SUBFLOW_EFFICIENCY = (1500 - 52 - 20) / 1514
@@ -28,12 +28,18 @@ PORT = 9400
 # A one-connection TCP server in the origin; MODE says what it does with the connection.
 SERVER = textwrap.dedent(
     """
-    import hashlib, socket, struct, sys
+    import hashlib, random, socket, struct, sys
     mode = sys.argv[1]
     ls = socket.create_server(("0.0.0.0", int(sys.argv[2])))
     print("LISTENING", flush=True)
     c, _ = ls.accept()
-    if mode == "echo-sha":  # read to EOF, answer with the SHA-256 of what came, close
+    if mode == "download":  # send argv[3] MiB of seeded random bytes, print their SHA-256
+        h, rnd = hashlib.sha256(), random.Random(7)
+        for _ in range(int(sys.argv[3])):
+            chunk = rnd.randbytes(1 << 20)
+            h.update(chunk); c.sendall(chunk)
+        c.close(); print("SENT", h.hexdigest(), flush=True)
+    elif mode == "echo-sha":  # read to EOF, answer with the SHA-256 of what came, close
         h, n = hashlib.sha256(), 0
         while d := c.recv(65536):
             h.update(d); n += len(d)
@@ -61,7 +67,16 @@ CLIENT = textwrap.dedent(
     except ConnectionRefusedError:
         print("REFUSED", flush=True)
         sys.exit(0)
-    if mode == "echo-sha":
+    if mode == "download":  # read to EOF: SHA-256, bytes, longest wait between reads
+        import time
+        s.settimeout(60)
+        h, n, last, gap = hashlib.sha256(), 0, None, 0.0
+        while d := s.recv(1 << 16):
+            now = time.monotonic()
+            gap = max(gap, now - last) if last is not None else gap
+            h.update(d); n += len(d); last = now
+        print("RECEIVED", h.hexdigest(), n, f"{gap:.3f}", flush=True)
+    elif mode == "echo-sha":
         data = os.urandom(3 << 20)
         s.sendall(data); s.shutdown(socket.SHUT_WR)
         answer = b""
@@ -96,8 +111,8 @@ def stream_topo(lab: Lab, multihome_bin: Path) -> Iterator[Topology]:
     yield topo
 
 
-def origin_server(topo: Topology, mode: str) -> Proc:
-    proc = topo.org.spawn(["python3", "-c", SERVER, mode, str(PORT)], f"stream-srv-{mode}")
+def origin_server(topo: Topology, mode: str, *args: str) -> Proc:
+    proc = topo.org.spawn(["python3", "-c", SERVER, mode, str(PORT), *args], f"stream-srv-{mode}")
     deadline = time.monotonic() + 10
     while "LISTENING" not in proc.output():
         assert proc.alive() and time.monotonic() < deadline, proc.tail()
@@ -235,3 +250,49 @@ def test_a_link_the_tunnel_finds_dead_loses_its_subflow_and_gets_one_back(
     assert result.received_sha256 == result.expected_sha256, "bytes corrupted or lost"
     joins = mptcp_counters(stream_topo.srv).get("MPJoinAckRx", 0) - before.get("MPJoinAckRx", 0)
     assert joins >= 2, f"{joins} subflow joins: the link's subflow was not opened again"
+
+
+def server_subflows_to(topo: Topology, addr: str) -> list[str]:
+    """The server's established TCP sockets (MPTCP subflows) to the client address ``addr``."""
+    out = topo.srv.run(["ss", "-tnH", "state", "established", "dst", addr]).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_a_download_whose_link_dies_stops_on_that_link_at_the_server_too(
+    stream_topo: Topology,
+) -> None:
+    # The origin sends to the LAN host; link 0 (which carries the connection's initial
+    # subflow, address id 0) drops everything mid-download. The client closes its subflow
+    # there, and first removes its address (REMOVE_ADDR, sent on link 1's subflow): the
+    # server closes its end of the dead subflow and resends what it had in flight on it
+    # over link 1, rather than sending on into the dead link until its own timeouts
+    # (without the removal, its end stays established for minutes). Bound: the client
+    # acts within 3 s of the cut (the dead-link test's bound) and the option takes one
+    # one-way trip over link 1, so 3.5 s. Every byte arrives, once, in order.
+    before = mptcp_counters(stream_topo.srv)
+    origin = origin_server(stream_topo, "download", "150")
+    host = stream_topo.lan.spawn(
+        ["python3", "-c", CLIENT, "download", ORIGIN, str(PORT)], "stream-download"
+    )
+    time.sleep(2)
+    dead = link_ip(0, "cli")
+    assert server_subflows_to(stream_topo, dead), "the server had no subflow on link 0"
+    stream_topo.blackhole(0)
+    cut = time.monotonic()
+    while server_subflows_to(stream_topo, dead):
+        assert time.monotonic() < cut + 3.5, (
+            server_subflows_to(stream_topo, dead),
+            stream_status(stream_topo, "client"),
+        )
+        time.sleep(0.05)
+    cli = stream_status(stream_topo, "client")
+    assert cli["subflows_closed"] >= 1 and cli["addrs_removed"] >= 1, cli
+    removed = mptcp_counters(stream_topo.srv).get("RmAddr", 0) - before.get("RmAddr", 0)
+    assert removed >= 1, "the server received no REMOVE_ADDR"
+    stream_topo.unblackhole(0)
+    host.wait(120)
+    origin.wait(10)
+    got = host.output().split()
+    sent = origin.output().split()
+    assert got[:1] == ["RECEIVED"] and sent[-2:-1] == ["SENT"], (host.tail(), origin.tail())
+    assert got[1] == sent[-1] and int(got[2]) == 150 << 20, "bytes corrupted or lost"

@@ -218,6 +218,10 @@ fn stream(out: &mut String, role: &str, s: &Value) {
             "subflows_reopened",
             "MPTCP subflows the client opened on a link back Up.",
         ),
+        (
+            "addrs_removed",
+            "REMOVE_ADDRs sent for a closed subflow's address, so the server closes its end.",
+        ),
     ] {
         family(
             out,

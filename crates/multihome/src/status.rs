@@ -38,6 +38,8 @@ fn counters_json(c: &EndpointCounters, s: Option<&Session>) -> Value {
         "rx_cookie_replies": c.rx_cookie_replies,
         "rx_handshake_rate_limited": c.rx_handshake_rate_limited,
         "rx_before_response": c.rx_before_response,
+        "handed_off": c.handed_off,
+        "handoff_drops": c.handoff_drops,
         "tx_no_route": c.tx_no_route,
         "queue_drops": sc.queue_drops,
         "codel_drops": q.codel,
@@ -232,6 +234,63 @@ pub fn server_status(s: &Server) -> Value {
            "relays": {"epoch": epoch, "list": relays}})
 }
 
+/// What the dashboard's once-a-second sample reads of a server (`dashboard::snapshot`):
+/// each session's links (state, bytes, RTT, loss) and refused policy statements, and the
+/// counters that mark events. A fraction of [`server_status`]'s cost, which a server with
+/// a thousand sessions paid every second in hundreds of thousands of allocations.
+pub fn server_sample(s: &Server) -> Value {
+    let mut counters = counters_json(&s.counters(), None);
+    let (mut unauthenticated, mut replayed) = (0, 0);
+    let mut sessions = Vec::new();
+    for p in s.peers() {
+        let Some(sess) = p.session else { continue };
+        let sc = sess.counters();
+        unauthenticated += sc.rx_unauthenticated;
+        replayed += sc.rx_replayed;
+        let links: Vec<Value> = sess
+            .paths()
+            .map(|path| {
+                let (c, v) = (path.counters(), path.view(multihome_proto::Instant::ZERO));
+                json!({"name": path.id().0.to_string(), "state": path.state().as_str(),
+                       "tx_bytes": c.tx_bytes, "rx_bytes": c.rx_bytes,
+                       "srtt_ms": v.srtt.as_secs_f64() * 1e3, "loss": v.loss})
+            })
+            .collect();
+        sessions.push(
+            json!({"peer": p.config.name, "established": true, "links": links,
+                             "stated": {"refused": sess.stated_stats().refused}}),
+        );
+    }
+    counters["rx_unauthenticated"] = unauthenticated.into();
+    counters["rx_replayed"] = replayed.into();
+    json!({"role": "server", "counters": counters, "sessions": sessions})
+}
+
+/// The whole server's document from its threads' ([`server_status`] of each shard; the
+/// first is the primary's): the sessions of all, counters summed, the relays as the
+/// primary hands them out (every thread hands out the same list).
+pub fn merge_server_status(docs: Vec<Value>) -> Value {
+    let mut docs = docs.into_iter();
+    let Some(mut all) = docs.next() else {
+        return json!({"role": "server", "counters": {}, "sessions": []});
+    };
+    for d in docs {
+        if let (Some(sum), Some(add)) = (all["counters"].as_object_mut(), d["counters"].as_object())
+        {
+            for (k, v) in add {
+                let total = sum.get(k).and_then(Value::as_u64).zip(v.as_u64());
+                if let Some((a, b)) = total {
+                    sum.insert(k.clone(), json!(a + b));
+                }
+            }
+        }
+        if let (Some(s), Some(add)) = (all["sessions"].as_array_mut(), d["sessions"].as_array()) {
+            s.extend(add.iter().cloned());
+        }
+    }
+    all
+}
+
 /// The control socket `status` and `reload` use without `--socket`: the client's if it
 /// exists, else the server's.
 pub fn default_socket() -> PathBuf {
@@ -245,13 +304,23 @@ pub fn default_socket() -> PathBuf {
 
 /// Fetches the status document from a control socket.
 pub fn fetch(socket: &PathBuf) -> Result<Value> {
+    fetch_request(socket, "status")
+}
+
+/// Fetches the dashboard's sample of the status document (the `sample` request: sessions
+/// and their links, counters; what a once-a-second poller needs).
+pub fn fetch_sample(socket: &PathBuf) -> Result<Value> {
+    fetch_request(socket, "sample")
+}
+
+fn fetch_request(socket: &PathBuf, request: &str) -> Result<Value> {
     let mut s = UnixStream::connect(socket).with_context(|| {
         format!(
             "connecting to {} (is the daemon running? try --socket)",
             socket.display()
         )
     })?;
-    s.write_all(b"status\n")?;
+    s.write_all(format!("{request}\n").as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     serde_json::from_str(&text).context("the daemon's reply is not JSON")

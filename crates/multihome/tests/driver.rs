@@ -218,6 +218,13 @@ async fn packets_cross_client_and_server_drivers_intact() {
     .await
     .expect("the transfer finished in time");
     assert_eq!(net.dropped(), 0, "the in-memory network dropped datagrams");
+    // The dashboard's once-a-second sample of the server reads as the whole document.
+    let doc = multihome::status::server_status(&sdrv.core);
+    let sample = multihome::status::server_sample(&sdrv.core);
+    let seen = multihome::dashboard::snapshot(&sample);
+    assert_eq!(seen, multihome::dashboard::snapshot(&doc));
+    assert_eq!(seen.links.len(), 2, "{seen:?}");
+    assert!(seen.links.iter().all(|l| l.rx_bytes > Some(0)), "{seen:?}");
 }
 
 /// Numbers from here up mark the packets the server's host echoes.

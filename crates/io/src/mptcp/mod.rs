@@ -4,7 +4,8 @@
 //! namespace (multicast group `mptcp_pm_events`: connection created / established / closed,
 //! subflow established / closed); [`Pm`] sends commands: create a subflow from a chosen
 //! local address *and port* to any remote (`MPTCP_PM_CMD_SUBFLOW_CREATE`), destroy one
-//! (`MPTCP_PM_CMD_SUBFLOW_DESTROY`). With `net.mptcp.pm_type = 1` (`path_manager =
+//! (`MPTCP_PM_CMD_SUBFLOW_DESTROY`), tell the peer a local address is gone
+//! (`MPTCP_PM_CMD_REMOVE`, REMOVE_ADDR). With `net.mptcp.pm_type = 1` (`path_manager =
 //! userspace`) the kernel creates no subflow by itself; [`set_userspace_pm`] switches it.
 //!
 //! Invariants:
@@ -35,7 +36,7 @@ use netlink_packet_generic::GenlMessage;
 use netlink_sys::{protocols::NETLINK_GENERIC, Socket, SocketAddr as NlAddr};
 
 pub use msg::{
-    decode_event, MptcpEvent, PmAddr, PmMessage, CMD_GET_LIMITS, CMD_SET_LIMITS,
+    decode_event, MptcpEvent, PmAddr, PmMessage, CMD_GET_LIMITS, CMD_REMOVE, CMD_SET_LIMITS,
     CMD_SUBFLOW_CREATE, CMD_SUBFLOW_DESTROY,
 };
 pub use sockopt::{mptcp_info, subflow_addrs, MptcpInfo};
@@ -249,6 +250,21 @@ impl Pm {
         self.command(
             PmMessage::subflow(CMD_SUBFLOW_DESTROY, token, l, remote),
             &format!("destroy the MPTCP subflow {local} -> {remote} (token {token})"),
+        )
+    }
+
+    /// Sends REMOVE_ADDR for local address `id` of connection `token` (userspace path
+    /// manager): the peer closes its subflows to that address and resends what they had in
+    /// flight over the others. Our own subflows from that address stay (close them with
+    /// [`Pm::subflow_destroy`], after this: the kernel forgets the id when its subflow is
+    /// destroyed). Id 0 is the initial subflow's address; another id must be one a
+    /// subflow was created with and still has a subflow, or the kernel answers `EINVAL`.
+    /// The kernel sends the option once, on a pure ACK (no retransmission), on an active
+    /// subflow; since Linux 7.0 (and its stable backports) not on one of the removed id.
+    pub fn remove_addr(&mut self, token: u32, id: u8) -> Result<(), NetlinkError> {
+        self.command(
+            PmMessage::remove(token, id),
+            &format!("remove local address id {id} of MPTCP connection {token}"),
         )
     }
 

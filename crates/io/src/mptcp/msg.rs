@@ -1,5 +1,5 @@
-//! The `mptcp_pm` generic-netlink messages: the commands we send (subflow create/destroy)
-//! and the events we read, in the kernel's uAPI layout (`include/uapi/linux/mptcp_pm.h`;
+//! The `mptcp_pm` generic-netlink messages: the commands we send (subflow create/destroy,
+//! an address removed from a connection) and the events we read, in the kernel's uAPI layout (`include/uapi/linux/mptcp_pm.h`;
 //! the kernel selftests' `pm_nl_ctl.c` builds the same attributes).
 //!
 //! Byte orders follow the kernel: in commands, a nested address's `PORT` is a host-order
@@ -24,6 +24,8 @@ const VERSION: u8 = 1;
 pub const CMD_SUBFLOW_CREATE: u8 = 10;
 /// `MPTCP_PM_CMD_SUBFLOW_DESTROY`.
 pub const CMD_SUBFLOW_DESTROY: u8 = 11;
+/// `MPTCP_PM_CMD_REMOVE` (userspace path manager: send REMOVE_ADDR for a local address id).
+pub const CMD_REMOVE: u8 = 9;
 /// `MPTCP_PM_CMD_SET_LIMITS`.
 pub const CMD_SET_LIMITS: u8 = 5;
 /// `MPTCP_PM_CMD_GET_LIMITS`.
@@ -34,6 +36,7 @@ const ATTR_ADDR: u16 = 1;
 const ATTR_RCV_ADD_ADDRS: u16 = 2;
 const ATTR_SUBFLOWS: u16 = 3;
 const ATTR_TOKEN: u16 = 4;
+const ATTR_LOC_ID: u16 = 5;
 const ATTR_ADDR_REMOTE: u16 = 6;
 // MPTCP_PM_ADDR_ATTR_*
 const ADDR_FAMILY: u16 = 1;
@@ -165,6 +168,19 @@ impl PmMessage {
                 DefaultNla::new(ATTR_TOKEN, token.to_ne_bytes().to_vec()),
                 nested(ATTR_ADDR, &local),
                 nested(ATTR_ADDR_REMOTE, &remote),
+            ],
+        }
+    }
+
+    /// `REMOVE`: connection `token` tells its peer (RFC 8684 REMOVE_ADDR) that its local
+    /// address `id` is gone, so the peer closes its subflows to that address. `LOC_ID` is
+    /// a u8, as `pm_nl_ctl rem token T id I` sends it.
+    pub fn remove(token: u32, id: u8) -> PmMessage {
+        PmMessage {
+            cmd: CMD_REMOVE,
+            nlas: vec![
+                DefaultNla::new(ATTR_TOKEN, token.to_ne_bytes().to_vec()),
+                DefaultNla::new(ATTR_LOC_ID, vec![id]),
             ],
         }
     }
@@ -423,6 +439,29 @@ mod tests {
         nla(&mut r, 5, &40001u16.to_ne_bytes());
         nla(&mut want, 6 | 0x8000, &r);
         assert_eq!(b, want);
+    }
+
+    /// `pm_nl_ctl rem token 7 id 3`: the token as a host-order u32, the id as one byte
+    /// padded to four; both attributes parse back.
+    #[test]
+    fn remove_matches_the_uapi_layout_and_parses_back() {
+        let m = PmMessage::remove(7, 3);
+        let b = bytes(&m);
+        let mut want = Vec::new();
+        want.extend_from_slice(&8u16.to_ne_bytes());
+        want.extend_from_slice(&4u16.to_ne_bytes());
+        want.extend_from_slice(&7u32.to_ne_bytes());
+        want.extend_from_slice(&5u16.to_ne_bytes());
+        want.extend_from_slice(&5u16.to_ne_bytes());
+        want.extend_from_slice(&[3, 0, 0, 0]);
+        assert_eq!(b, want);
+        assert_eq!(m.cmd, CMD_REMOVE);
+        let header = GenlHeader {
+            cmd: CMD_REMOVE,
+            version: VERSION,
+        };
+        let back = PmMessage::parse_with_param(&b[..], header).unwrap();
+        assert_eq!(back, m);
     }
 
     fn event(cmd: u8, attrs: &[(u16, Vec<u8>)]) -> PmMessage {

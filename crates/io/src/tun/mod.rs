@@ -90,7 +90,7 @@ impl Tun {
     /// Creates TUN device `name` (a `%d` in it lets the kernel pick a number), sets `mtu`
     /// and brings it up.
     pub fn create(name: &str, mtu: u32) -> Result<Tun, TunError> {
-        Self::open(name, mtu, false)
+        Self::open(name, mtu, false, false)
     }
 
     /// Like [`Tun::create`] but with `IFF_VNET_HDR` and TSO/checksum offload: the kernel may
@@ -98,10 +98,28 @@ impl Tun {
     /// `virtio_net_hdr`. Cut them into packets with [`split_gso`]. Fewer, larger reads cut the
     /// per-packet cost of bulk TCP through the tunnel.
     pub fn create_with_offload(name: &str, mtu: u32) -> Result<Tun, TunError> {
-        Self::open(name, mtu, true)
+        Self::open(name, mtu, true, false)
     }
 
-    fn open(name: &str, mtu: u32, offload: bool) -> Result<Tun, TunError> {
+    /// [`Tun::create_with_offload`] with `queues` queues (`IFF_MULTI_QUEUE`), one per
+    /// thread: each reads the packets the kernel queues on it and may write any packet.
+    /// The kernel queues a packet on the queue that last wrote a packet of the same flow
+    /// (its flow table), else by the flow's hash. One queue: a plain device, as
+    /// `create_with_offload`.
+    pub fn create_queues(name: &str, mtu: u32, queues: usize) -> Result<Vec<Tun>, TunError> {
+        if queues <= 1 {
+            return Ok(vec![Self::open(name, mtu, true, false)?]);
+        }
+        let first = Self::open(name, mtu, true, true)?;
+        let actual = first.name.clone();
+        let mut all = vec![first];
+        for _ in 1..queues {
+            all.push(Self::open(&actual, mtu, true, true)?);
+        }
+        Ok(all)
+    }
+
+    fn open(name: &str, mtu: u32, offload: bool, multi_queue: bool) -> Result<Tun, TunError> {
         let invalid = || TunError::InvalidName {
             name: name.to_owned(),
         };
@@ -124,6 +142,9 @@ impl Tun {
         let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
         if offload {
             flags |= libc::IFF_VNET_HDR;
+        }
+        if multi_queue {
+            flags |= libc::IFF_MULTI_QUEUE;
         }
         ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes one ifreq, which lives across the call.

@@ -33,6 +33,7 @@
 mod addr;
 pub mod batch;
 pub mod offload;
+pub mod steer;
 
 use std::io;
 use std::mem;
@@ -143,6 +144,16 @@ impl LinkSocket {
     /// Creates a socket bound to `local`, pinned to `interface` if given, with
     /// [`DEFAULT_BUFFER_BYTES`] buffers (best effort: see [`LinkSocket::set_buffer_sizes`]).
     pub fn bind(interface: Option<&str>, local: SocketAddr) -> Result<LinkSocket, UdpError> {
+        Self::bind_with(interface, local, false)
+    }
+
+    /// [`LinkSocket::bind`], with `SO_REUSEPORT` set before binding when `reuse_port`
+    /// (a socket of a group sharing one port, [`steer`]).
+    fn bind_with(
+        interface: Option<&str>,
+        local: SocketAddr,
+        reuse_port: bool,
+    ) -> Result<LinkSocket, UdpError> {
         let sock_err = |source| UdpError::Socket { local, source };
         let sock = Socket::new(
             Domain::for_address(local),
@@ -159,6 +170,9 @@ impl LinkSocket {
         }
         if local.is_ipv6() {
             sock.set_only_v6(false).map_err(sock_err)?;
+        }
+        if reuse_port {
+            sock.set_reuse_port(true).map_err(sock_err)?;
         }
         sock.bind(&local.into())
             .map_err(|source| UdpError::Bind { local, source })?;

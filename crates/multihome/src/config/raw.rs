@@ -153,6 +153,7 @@ pub struct ServerSection {
     #[serde(default)]
     pub stream: bool,
     pub stream_congestion_control: Option<Spanned<String>>,
+    pub threads: Option<Spanned<u16>>,
 }
 
 #[derive(Debug, Deserialize)]

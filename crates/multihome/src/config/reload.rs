@@ -399,6 +399,7 @@ pub fn server(src: &Source<'_>, old: &ServerSettings) -> Result<ServerReload, Co
                 old.kernel_copies != new.kernel_copies,
             ),
             ("stream", "stream", old.stream != new.stream),
+            ("threads", "threads", old.threads != new.threads),
             (
                 "redundant_copies",
                 "redundant_copies",

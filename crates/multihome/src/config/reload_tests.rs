@@ -222,4 +222,9 @@ fn a_server_key_fixed_at_start_is_refused_on_its_line() {
     assert_eq!(e.line, 2, "{e}");
     assert!(e.message.contains("`listen` changed"), "{e}");
     assert!(e.fix.contains("restart the server"), "{e}");
+    // The threads' sockets and device queues are made at start.
+    let threads = server_file(&peers, "threads = 1\n");
+    let old = server::validate(&src(&threads)).unwrap();
+    let e = reload::server(&src(&threads.replace("threads = 1", "threads = 2")), &old).unwrap_err();
+    assert!(e.message.contains("`threads` changed"), "{e}");
 }

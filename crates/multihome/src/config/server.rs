@@ -12,6 +12,7 @@ use multihome_proto::policy::Policy;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use toml::Spanned;
 
 /// One allowed client.
 #[derive(Debug, Clone)]
@@ -73,6 +74,9 @@ pub struct ServerSettings {
     pub naming: Option<super::naming::ServerNaming>,
     /// Relays handed to the clients (`[[relay]]`, docs/PROTOCOL.md §15.7).
     pub relays: Vec<super::detours::RelaySettings>,
+    /// Data-path threads, each owning a share of the sessions (`threads`; default: one
+    /// per core, one with `kernel_copies`).
+    pub threads: u16,
 }
 
 /// Default control socket of the server.
@@ -175,5 +179,37 @@ pub fn validate(src: &Source<'_>) -> Result<ServerSettings, ConfigError> {
         },
         naming: super::naming::parse_server(src, f.naming.as_ref(), listen)?,
         relays: super::detours::parse_server(src, &f.relay, mtu)?,
+        threads: parse_threads(src, s.threads.as_ref(), s.kernel_copies)?,
     })
+}
+
+/// `threads`: 1 to `MAX_SHARDS`; unset, one per core (one with `kernel_copies`, whose
+/// nftables table describes one socket's sessions).
+fn parse_threads(
+    src: &Source<'_>,
+    threads: Option<&Spanned<u16>>,
+    kernel_copies: bool,
+) -> Result<u16, ConfigError> {
+    use multihome_proto::endpoint::MAX_SHARDS;
+    let Some(t) = threads else {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = u16::try_from(cores).unwrap_or(MAX_SHARDS).min(MAX_SHARDS);
+        return Ok(if kernel_copies { 1 } else { cores });
+    };
+    let n = *t.get_ref();
+    if n == 0 || n > MAX_SHARDS {
+        return Err(src.err(
+            t.span().start,
+            format!("threads = {n}"),
+            format!("use 1 to {MAX_SHARDS}, or omit it for one per core"),
+        ));
+    }
+    if n > 1 && kernel_copies {
+        return Err(src.err(
+            t.span().start,
+            format!("threads = {n} together with kernel_copies"),
+            "the kernel fast path serves one thread: set threads = 1, or turn kernel_copies off",
+        ));
+    }
+    Ok(n)
 }

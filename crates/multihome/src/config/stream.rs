@@ -38,6 +38,7 @@ pub struct StreamSection {
     queue_num: Option<Spanned<u16>>,
     congestion_control: Option<Spanned<String>>,
     follow_tunnel: Option<bool>,
+    remove_addr: Option<bool>,
 }
 
 /// Stream mode of the client.
@@ -59,6 +60,10 @@ pub struct StreamSettings {
     /// Steer the subflows by the tunnel's link states: close a link's subflow when the
     /// tunnel no longer holds it Up, open one when it is Up again (docs/STREAM.md).
     pub follow_tunnel: bool,
+    /// With `follow_tunnel`: before closing a subflow, remove its address from the
+    /// connection (REMOVE_ADDR over a live subflow), so the server closes its end and
+    /// resends its data in flight at once (downloads).
+    pub remove_addr: bool,
 }
 
 /// Validates `[stream]`.
@@ -118,6 +123,7 @@ pub fn parse(
         },
         congestion_control: parse_congestion_control(src, s.congestion_control.as_ref())?,
         follow_tunnel: s.follow_tunnel.unwrap_or(true),
+        remove_addr: s.remove_addr.unwrap_or(true),
     }))
 }
 

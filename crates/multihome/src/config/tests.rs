@@ -428,15 +428,17 @@ fn stream_section_defaults_and_mistakes() {
     assert_eq!(s.hold_syns, Some(stream::DEFAULT_QUEUE_NUM));
     assert_eq!(s.congestion_control, "bbr");
     assert!(s.follow_tunnel);
+    assert!(s.remove_addr);
     let off = client(
         &(base.clone()
-            + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\nfollow_tunnel = false\n"),
+            + "\n[stream]\nlan = [\"eth1\"]\nhold_syns = false\nfollow_tunnel = false\nremove_addr = false\n"),
     )
     .unwrap()
     .stream
     .unwrap();
     assert_eq!(off.hold_syns, None);
     assert!(!off.follow_tunnel);
+    assert!(!off.remove_addr);
     for (bad, line, words) in [
         ("[stream]\n", 17, "lan"),
         (
@@ -465,4 +467,26 @@ fn stream_section_defaults_and_mistakes() {
         assert!(e.message.contains(words), "{bad}: {}", e.message);
         assert_eq!(e.line, line, "{bad}: {e}");
     }
+}
+
+/// `threads`: one per core unless set, 1–64, and one with the kernel fast path.
+#[test]
+fn server_threads() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        usize::from(server_with("", "").unwrap().threads),
+        cores.min(64)
+    );
+    assert_eq!(server_with("threads = 3", "").unwrap().threads, 3);
+    assert_eq!(server_with("kernel_copies = true", "").unwrap().threads, 1);
+    for bad in ["threads = 0", "threads = 65"] {
+        let e = server_with(bad, "").unwrap_err();
+        assert!(e.message.contains(bad), "{e}");
+        assert_eq!(e.line, 5, "{e}");
+        assert!(e.fix.contains("1 to 64"), "{e}");
+    }
+    let e = server_with("threads = 2\nkernel_copies = true", "").unwrap_err();
+    assert!(e.message.contains("kernel_copies"), "{e}");
+    assert!(e.fix.contains("threads = 1"), "{e}");
+    assert!(server_with("threads = 1\nkernel_copies = true", "").is_ok());
 }

@@ -59,6 +59,11 @@ pub trait Core {
     fn log_events(&mut self);
     /// The status document served on the control socket and rendered as metrics.
     fn status(&self) -> serde_json::Value;
+    /// What the dashboard's history samples once a second (`dashboard::snapshot` reads
+    /// it): the status document unless the role has a cheaper one with the same fields.
+    fn sample(&self) -> serde_json::Value {
+        self.status()
+    }
     /// Starts closing: queues CLOSE where the role sends one (then flush).
     fn close(&mut self);
 }

@@ -12,10 +12,12 @@
 //!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
 //! - [`naming`]: the client resolving its server, the server's resolver thread;
 //! - [`reload`]: the client re-reading its config file (`multihome reload`, SIGHUP);
+//! - [`shards`]: the server's data path on every core (one loop and core per thread,
+//!   sessions sharded by key, what reaches the wrong thread handed over);
 //! - [`client`], [`server`]: each role's set-up (config to core, routes, NAT, the client's
 //!   netlink link watching) before handing over to the driver.
 //!
-//! One thread owns the core, so it needs no locks; every fd is nonblocking and wrapped in
+//! One thread owns each core, so it needs no locks; every fd is nonblocking and wrapped in
 //! `AsyncFd`; reads are drained in batches until the kernel says "would block"; after every
 //! wake-up the loop flushes what the core wants to send and deliver. Nothing here decides
 //! anything about scheduling — that is all in `multihome_proto`.
@@ -32,6 +34,7 @@ pub mod mptcp;
 pub mod naming;
 pub mod reload;
 pub mod server;
+pub mod shards;
 pub mod stream;
 
 use anyhow::{Context, Result};
@@ -86,8 +89,15 @@ pub fn register<T: std::os::fd::AsRawFd>(inner: T) -> Result<AsyncFd<T>> {
 /// local applications arrives as 64 KB super-packets (one read instead of ~45), which
 /// [`io::TunDevice`] cuts into MTU-sized packets — the largest single saving of CPU per byte.
 pub fn setup_tun(name: &str, mtu: u32, addrs: &[ipnet::IpNet]) -> Result<io::TunDevice> {
-    let tun = Tun::create_with_offload(name, mtu)
+    let tun = create_tun(name, mtu, addrs, 1)?.remove(0);
+    Ok(io::TunDevice::new(register(tun)?))
+}
+
+/// [`setup_tun`] with `queues` queues (the server's threads, each registers its own).
+pub fn create_tun(name: &str, mtu: u32, addrs: &[ipnet::IpNet], queues: usize) -> Result<Vec<Tun>> {
+    let tuns = Tun::create_queues(name, mtu, queues)
         .with_context(|| format!("creating TUN device {name}"))?;
+    let tun = &tuns[0];
     // A longer queue than the default 500 absorbs the bursts a TCP sender puts into the
     // device while the daemon is busy sending; drops there would read as congestion.
     let _ = std::process::Command::new("ip")
@@ -97,5 +107,5 @@ pub fn setup_tun(name: &str, mtu: u32, addrs: &[ipnet::IpNet]) -> Result<io::Tun
         tun.set_address(*addr)
             .with_context(|| format!("setting {addr} on {name}"))?;
     }
-    Ok(io::TunDevice::new(register(tun)?))
+    Ok(tuns)
 }

@@ -515,7 +515,8 @@ async fn connect(eps: &[String]) -> EtcdStore {
     }
 }
 
-/// Once a second: the load from the control socket, the store's counters (they change
+/// Once a second: the load from the control socket (its `sample`: the whole status
+/// document would cost a server with many sessions far more), the store's counters (they change
 /// without requests too: the etcd watch); now and then, expired records swept from an
 /// embedded store.
 async fn housekeeping(
@@ -528,7 +529,7 @@ async fn housekeeping(
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         stats.set_store(store.stats());
-        if let Ok(v) = crate::status::fetch(&control) {
+        if let Ok(v) = crate::status::fetch_sample(&control) {
             let n = v["sessions"].as_array().map_or(0, |s| s.len());
             load.store(n as u32, Ordering::Relaxed);
         }

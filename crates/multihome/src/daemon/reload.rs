@@ -28,6 +28,7 @@ use super::core::ClientCore;
 use super::driver::Watch;
 use super::fastpath_server::ServerFastPath;
 use super::io::{LinkBind, ListenBind};
+use super::shards::ShardCore;
 use super::Clock;
 use crate::config::reload::{ClientReload, ServerReload};
 use crate::config::{self, ClientSettings, ConfigError, ServerSettings, Source};
@@ -129,8 +130,9 @@ impl ServerReloader {
         }
     }
 
-    /// Reads and checks the file, applies it; one line per change, or why nothing changed.
-    pub fn reload(&mut self, core: &mut Server) -> Result<Vec<String>, String> {
+    /// Reads and checks the file, applies it to `core`; one line per change and what was
+    /// applied (for the server's other threads, [`apply_server`]), or why nothing changed.
+    pub fn reload(&mut self, core: &mut Server) -> Result<(Vec<String>, ServerReload), String> {
         let text = config::read_file(&self.path).map_err(|e| e.to_string())?;
         let src = Source {
             path: &self.path,
@@ -158,8 +160,8 @@ impl ServerReloader {
             }
         }
         let changes = r.describe();
-        self.settings = r.settings;
-        Ok(changes)
+        self.settings = r.settings.clone();
+        Ok((changes, r))
     }
 }
 
@@ -177,7 +179,8 @@ fn routed(s: &ServerSettings) -> Vec<IpNet> {
     nets
 }
 
-fn apply_server(core: &mut Server, r: &ServerReload) {
+/// Applies a checked reload to one server core (each thread's, `super::shards`).
+pub fn apply_server(core: &mut Server, r: &ServerReload) {
     if !(r.added.is_empty() && r.removed.is_empty() && r.changed.is_empty()) {
         core.set_peers(super::server::peer_configs(&r.settings));
     }
@@ -201,21 +204,24 @@ pub struct ServerWatch {
     pub reloader: ServerReloader,
 }
 
-impl Watch<Server, ListenBind> for ServerWatch {
+impl Watch<ShardCore, ListenBind> for ServerWatch {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.fast.poll_ready(cx)
     }
 
-    fn handle(&mut self, clock: &Clock, core: &mut Server, bind: &mut ListenBind) {
-        self.fast.handle(clock, core, bind);
+    fn handle(&mut self, clock: &Clock, core: &mut ShardCore, bind: &mut ListenBind) {
+        self.fast.handle(clock, &mut core.server, bind);
     }
 
+    /// Applied here, then on the server's other threads (each applies it to its core).
     fn reload(
         &mut self,
         _clock: &Clock,
-        core: &mut Server,
+        core: &mut ShardCore,
         _bind: &mut ListenBind,
     ) -> Result<Vec<String>, String> {
-        self.reloader.reload(core)
+        let (changes, r) = self.reloader.reload(&mut core.server)?;
+        core.spread_reload(r);
+        Ok(changes)
     }
 }

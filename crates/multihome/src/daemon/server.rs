@@ -1,23 +1,27 @@
-//! `multihome server`: set-up of one UDP socket for all clients, a TUN device, routes to
-//! the peers' prefixes, NAT to the uplink and the `multihome_proto::Server` core, then
-//! [`super::driver::Driver`] runs them; a reload (SIGHUP, `multihome reload`) replaces the
+//! `multihome server`: set-up of the UDP port for all clients (one socket per thread), a
+//! TUN device (one queue per thread), routes to the peers' prefixes, NAT to the uplink and
+//! one `multihome_proto::Server` core per thread (`super::shards`), then one
+//! [`super::driver::Driver`] per thread runs them (the first on the calling thread, with
+//! the control socket and the other services); a reload (SIGHUP, `multihome reload`) replaces the
 //! peers and the default policy (`super::reload`). The NAT rules and the kernel fast
 //! path's table ([`super::fastpath_server`], watched by the loop with the reloads) live
 //! exactly as long as the loop.
 
-use super::driver::{Driver, Services};
+use super::driver::{Driver, NoWatch, Services};
 use super::fastpath_server::ServerFastPath;
 use super::io::ListenBind;
 use super::reload::{ServerReloader, ServerWatch};
-use super::{block_on, register, setup_tun, shutdown_signal, Clock};
+use super::shards::{Mesh, ShardCore, ShardWatch};
+use super::{block_on, create_tun, register, shutdown_signal, Clock};
 use crate::config::{self, ConfigError, ServerSettings, Source};
 use crate::control::ControlSocket;
 use anyhow::{Context, Result};
 use multihome_io::udp::LinkSocket;
-use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig};
+use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig, Shard};
 use multihome_proto::session::SessionConfig;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Loads and checks the config, then runs until SIGINT/SIGTERM.
 pub fn run(path: &Path) -> Result<()> {
@@ -45,10 +49,10 @@ async fn run_loop(
     key: multihome_proto::crypto::StaticSecret,
 ) -> Result<()> {
     let clock = Clock::new();
-    let sock = register(
-        LinkSocket::bind(None, s.listen).with_context(|| format!("listening on {}", s.listen))?,
-    )?;
-    let tun = setup_tun(&s.tun_name, s.mtu, &s.tun_addresses)?;
+    let threads = s.threads;
+    let socks = multihome_io::udp::steer::bind_group(s.listen, threads)
+        .with_context(|| format!("listening on {}", s.listen))?;
+    let tuns = create_tun(&s.tun_name, s.mtu, &s.tun_addresses, usize::from(threads))?;
     add_routes(&s)?;
     // Removes the NAT rules when dropped, at the end of this function.
     let _nat = match &s.uplink {
@@ -70,13 +74,29 @@ async fn run_loop(
         }
         false => None,
     };
-    let mut core = Server::with_rng_seed(server_config(&s, key), super::os_seed()?);
-    let relays: Vec<_> = s.relays.iter().map(|r| r.spec()).collect();
-    // The config's validation made sure the list can be handed out.
-    anyhow::ensure!(
-        core.set_relays(&relays),
-        "the [[relay]] list cannot be handed out"
-    );
+    let mut shards = Vec::new();
+    for ((i, sock), (tun, mesh)) in socks
+        .into_iter()
+        .enumerate()
+        .zip(tuns.into_iter().zip(Mesh::build(usize::from(threads))))
+    {
+        shards.push((sock, tun, ShardCore::new(shard_server(&s, &key, i)?, mesh)));
+    }
+    let mut shards = shards.into_iter();
+    let (sock, tun, mut core) = shards.next().context("no server thread")?;
+    // Set when the daemon stops, or when a thread fails: every loop then ends.
+    let stop = Arc::new(tokio::sync::watch::channel(false).0);
+    let mut others = Vec::new();
+    for (i, (sock, tun, core)) in shards.enumerate() {
+        let stop = stop.clone();
+        let run = move || {
+            let r = block_on(run_shard(sock, tun, core, stop.subscribe()));
+            stop.send_replace(true);
+            r
+        };
+        let name = format!("multihome-{}", i + 1);
+        others.push(std::thread::Builder::new().name(name).spawn(run)?);
+    }
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
@@ -85,8 +105,8 @@ async fn run_loop(
         stream,
         ..Services::default()
     };
-    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), relays = relays.len(), "server running");
-    let mut bind = ListenBind::new(sock);
+    tracing::info!(listen = %s.listen, tun = %s.tun_name, peers = s.peers.len(), relays = s.relays.len(), threads, "server running");
+    let mut bind = ListenBind::new(register(sock)?);
     if s.kernel_copies {
         // Same address, its own port: the fast path's rules match on the port.
         let at = SocketAddr::new(s.listen.ip(), 0);
@@ -94,14 +114,69 @@ async fn run_loop(
         bind = bind.with_copy_socket(register(copy)?);
     }
     // Removes the fast path's table when dropped, at the end of this function.
-    let mut watch = ServerWatch {
+    let server_watch = ServerWatch {
         fast: ServerFastPath::start(s.kernel_copies, &bind)?,
         reloader: ServerReloader::new(path, s.clone()),
     };
-    let mut driver = Driver::new(core, tun, bind, clock).reload_on_hangup()?;
-    driver.run(&services, &mut watch, shutdown_signal()).await?;
+    let mut watch = ShardWatch::new(server_watch, &mut core);
+    let device = super::io::TunDevice::new(register(tun)?);
+    let mut driver = Driver::new(core, device, bind, clock).reload_on_hangup()?;
+    let mut stopped = stop.subscribe();
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            _ = stopped.wait_for(|s| *s) => tracing::error!("a server thread stopped"),
+        }
+    };
+    let mut result = driver.run(&services, &mut watch, shutdown).await;
+    stop.send_replace(true);
+    for t in others {
+        match t.join() {
+            Ok(Err(e)) if result.is_ok() => result = Err(e.context("a server thread failed")),
+            Err(_) if result.is_ok() => result = Err(anyhow::anyhow!("a server thread panicked")),
+            _ => {}
+        }
+    }
     tracing::info!("shutting down (removing NAT)");
-    Ok(())
+    result
+}
+
+/// One of the other threads' loops, until `stop`.
+async fn run_shard(
+    sock: LinkSocket,
+    tun: multihome_io::tun::Tun,
+    mut core: ShardCore,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let bind = ListenBind::new(register(sock)?);
+    let device = super::io::TunDevice::new(register(tun)?);
+    let mut watch = ShardWatch::new(NoWatch, &mut core);
+    let mut driver = Driver::new(core, device, bind, Clock::new());
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    driver.run(&Services::default(), &mut watch, stopped).await
+}
+
+/// Thread `i`'s server: the whole peer list, the sessions of its shard.
+fn shard_server(
+    s: &ServerSettings,
+    key: &multihome_proto::crypto::StaticSecret,
+    i: usize,
+) -> Result<Server> {
+    let mut core = Server::with_rng_seed(server_config(s, key.clone()), super::os_seed()?);
+    let shard = u16::try_from(i)
+        .ok()
+        .and_then(|i| Shard::new(i, s.threads))
+        .context("threads out of range")?;
+    core.set_shard(shard);
+    let relays: Vec<_> = s.relays.iter().map(|r| r.spec()).collect();
+    // The config's validation made sure the list can be handed out.
+    anyhow::ensure!(
+        core.set_relays(&relays),
+        "the [[relay]] list cannot be handed out"
+    );
+    Ok(core)
 }
 
 /// Routes each peer's allowed prefixes into the TUN device (those outside the device's

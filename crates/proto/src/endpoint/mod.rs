@@ -13,8 +13,9 @@ mod server;
 pub use client::{Client, ClientConfig, LinkInfo};
 pub use datagram::Datagram;
 pub use server::{
-    PeerConfig, PeerStatus, Server, ServerConfig, LOAD_THRESHOLD, MAX_COOKIE_REPLIES,
-    MAX_RESPONSES, MAX_SOURCES, RATE_BURST, RATE_PER_SEC,
+    Handoff, PeerConfig, PeerStatus, Server, ServerConfig, Shard, LOAD_THRESHOLD,
+    MAX_COOKIE_REPLIES, MAX_HANDOFFS, MAX_RESPONSES, MAX_SHARDS, MAX_SOURCES, RATE_BURST,
+    RATE_PER_SEC,
 };
 
 use core::time::Duration;
@@ -57,6 +58,12 @@ pub struct EndpointCounters {
     pub tx_no_route: u64,
     /// Decrypted IP packets whose source is outside the peer's allowed addresses.
     pub rx_spoofed: u64,
+    /// Datagrams and device packets passed to the server thread that owns their session
+    /// (server with several threads).
+    pub handed_off: u64,
+    /// Datagrams and device packets for another thread dropped instead (the queue to it
+    /// was full); not counted in `handed_off`.
+    pub handoff_drops: u64,
 }
 
 #[cfg(test)]

@@ -22,8 +22,10 @@
 //! to cost a call into every session per datagram).
 
 mod guard;
+mod handshake;
 mod index;
 mod replies;
+mod shard;
 
 use super::datagram::Datagram;
 use super::EndpointCounters;
@@ -47,6 +49,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use replies::Replies;
 pub use replies::{MAX_COOKIE_REPLIES, MAX_RESPONSES};
+use shard::Handoffs;
+pub use shard::{Handoff, Shard, MAX_HANDOFFS, MAX_SHARDS};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -83,7 +87,9 @@ pub struct ServerConfig {
 struct Peer {
     cfg: PeerConfig,
     last_timestamp: u64,
-    session: Option<Session>,
+    /// Boxed: a configured peer without a session costs a pointer, not a `Session`
+    /// (6.6 KB), in every thread's peer table.
+    session: Option<Box<Session>>,
     /// Its latest handshake said it takes relay lists (`INIT_FLAG_RELAYS`).
     takes_relays: bool,
 }
@@ -129,6 +135,9 @@ pub struct Server {
     events: VecDeque<(usize, Event)>,
     relays: Handed,
     guard: Guard,
+    /// Which sessions are this thread's (`shard.rs`), and what it owes the others.
+    shard: Shard,
+    handoffs: Handoffs,
 }
 
 impl Server {
@@ -178,6 +187,46 @@ impl Server {
                 count: 0,
                 encoded: Vec::new(),
             },
+            shard: Shard::ALONE,
+            handoffs: Handoffs::default(),
+        }
+    }
+
+    /// Makes this server one of several threads (`shard.rs`): it keeps only the sessions
+    /// of its peers and hands the rest over ([`Server::poll_handoff`]). Set before any
+    /// input.
+    pub fn set_shard(&mut self, shard: Shard) {
+        self.shard = shard;
+    }
+
+    /// This server's shard.
+    pub fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    /// The next input owed to another shard.
+    pub fn poll_handoff(&mut self) -> Option<Handoff> {
+        self.handoffs.pop()
+    }
+
+    /// A datagram another shard of this server handed over ([`Handoff::Datagram`]): an
+    /// initiation is not screened again, the shard that read it did.
+    pub fn handle_handed_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
+        self.dispatch(now, from, buf, false);
+    }
+
+    /// The thread a handoff went to could not take it (its inbox was full): counted as
+    /// dropped, not as handed off.
+    pub fn handoff_dropped(&mut self) {
+        self.counters.handed_off = self.counters.handed_off.saturating_sub(1);
+        self.counters.handoff_drops += 1;
+    }
+
+    /// Queues `h` for another shard, counted.
+    fn hand_off(&mut self, h: Handoff) {
+        match self.handoffs.push(h) {
+            true => self.counters.handed_off += 1,
+            false => self.counters.handoff_drops += 1,
         }
     }
 
@@ -262,7 +311,7 @@ impl Server {
         };
         for pi in 0..self.peers.len() {
             let p = &mut self.peers[pi];
-            if let Some(s) = p.session.as_mut().filter(|_| p.takes_relays) {
+            if let Some(s) = p.session.as_deref_mut().filter(|_| p.takes_relays) {
                 s.offer_relays(self.relays.epoch, count, &self.relays.encoded);
                 self.touched(pi);
             }
@@ -295,7 +344,7 @@ impl Server {
     pub fn peers(&self) -> impl Iterator<Item = PeerStatus<'_>> {
         self.peers.iter().map(|p| PeerStatus {
             config: &p.cfg,
-            session: p.session.as_ref(),
+            session: p.session.as_deref(),
         })
     }
 
@@ -303,13 +352,22 @@ impl Server {
     /// quickly).
     #[cfg(test)]
     pub(crate) fn first_session_mut(&mut self) -> Option<&mut Session> {
-        self.peers.first_mut().and_then(|p| p.session.as_mut())
+        self.peers
+            .first_mut()
+            .and_then(|p| p.session.as_deref_mut())
     }
 
     /// A datagram received from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8]) {
+        self.dispatch(now, from, buf, true);
+    }
+
+    /// Routes a datagram by type; an initiation is screened by the flood defence first
+    /// when `screen` (not when another shard already did).
+    fn dispatch(&mut self, now: Instant, from: SocketAddr, buf: &mut [u8], screen: bool) {
         match Datagram::parse(buf) {
-            Ok(Datagram::Init(p)) => self.handle_init(now, from, &p),
+            Ok(Datagram::Init(p)) if screen => self.handle_init(now, from, &p),
+            Ok(Datagram::Init(p)) => self.answer_init(now, from, &p),
             Ok(Datagram::Data(d)) => self.route_data(now, from, d),
             Ok(Datagram::Resp(_) | Datagram::CookieReply(_)) | Err(_) => {
                 self.counters.rx_garbage += 1
@@ -317,130 +375,27 @@ impl Server {
         }
     }
 
-    /// A data datagram goes to the session of its receiver index.
+    /// A data datagram goes to the session of its receiver index. An index this shard
+    /// does not know may be another shard's (the kernel's filter steers by index, so that
+    /// is rare): the datagram, still sealed, is handed to its owner.
     fn route_data(&mut self, now: Instant, from: SocketAddr, d: SealedData<'_>) {
         let Some(&pi) = self.by_index.get(&d.receiver_index) else {
-            self.counters.rx_unknown_index += 1;
+            let to = self.shard.owner_of_index(d.receiver_index);
+            if to == self.shard.index() {
+                self.counters.rx_unknown_index += 1;
+            } else {
+                let bytes = d.datagram.to_vec();
+                self.hand_off(Handoff::Datagram { to, from, bytes });
+            }
             return;
         };
-        if let Some(s) = self.peers[pi].session.as_mut() {
+        if let Some(s) = self.peers[pi].session.as_deref_mut() {
             s.handle_datagram(now, from, d);
             while let Some(e) = s.poll_event() {
                 self.events.push_back((pi, e));
             }
             self.touched(pi);
         }
-    }
-
-    /// The flood defence, before any Diffie-Hellman: false (counted, perhaps a cookie
-    /// reply queued) if the initiation goes no further.
-    fn screen_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) -> bool {
-        if !self.guard.keys().mac1_ok(p.bytes()) {
-            self.counters.rx_bad_mac1 += 1;
-            return false;
-        }
-        match self.guard.admit(now, &mut self.rng, from, p.bytes()) {
-            Admit::Process => true,
-            Admit::RateLimited => {
-                self.counters.rx_handshake_rate_limited += 1;
-                false
-            }
-            Admit::Cookie => {
-                let mac1 = mac1_of(p.bytes());
-                self.replies
-                    .owe_cookie(&mut self.rng, p.path(), p.index(), from, mac1);
-                false
-            }
-        }
-    }
-
-    fn handle_init(&mut self, now: Instant, from: SocketAddr, p: &OuterPacket<&mut [u8]>) {
-        if !self.screen_init(now, from, p) {
-            return;
-        }
-        let mut seed = [0u8; 32];
-        self.rng.fill_bytes(&mut seed);
-        let resp = match Responder::read_init(&self.cfg.local_key, seed, p.noise()) {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.rx_handshake_failed += 1;
-                return;
-            }
-        };
-        let Some(&pi) = self.by_key.get(&resp.remote()) else {
-            self.counters.rx_unknown_peer += 1;
-            return;
-        };
-        if resp.timestamp_us() <= self.peers[pi].last_timestamp {
-            self.counters.rx_handshake_replayed += 1;
-            return;
-        }
-        let fresh = resp.flags() & INIT_FLAG_FRESH != 0;
-        let takes_relays = resp.flags() & INIT_FLAG_RELAYS != 0;
-        let timestamp = resp.timestamp_us();
-        let (client_index, path) = (p.index(), PathId(p.path()));
-        let mut local_index = self.rng.next_u32();
-        while self.by_index.contains_key(&local_index) {
-            local_index = self.rng.next_u32();
-        }
-        let new_session = fresh || self.peers[pi].session.is_none();
-        let flags = if new_session {
-            RESP_FLAG_NEW_SESSION
-        } else {
-            0
-        };
-        let mut out = vec![0u8; HANDSHAKE_RESP_LEN];
-        let keys = match resp.write_resp(flags, self.cfg.ciphers, &mut out[12..12 + NOISE_RESP_LEN])
-        {
-            Ok((_, keys)) => keys,
-            // Nothing was written or changed: the client hears nothing, as for a key we
-            // do not know, and the operator sees why in this counter.
-            Err(CryptoError::NoCommonCipher) => {
-                self.counters.rx_no_common_cipher += 1;
-                return;
-            }
-            Err(_) => {
-                self.counters.rx_handshake_failed += 1;
-                return;
-            }
-        };
-        outer::emit_resp_header(&mut out, path.0, local_index, client_index);
-        let peer = &mut self.peers[pi];
-        // mac1 under the client's key lets it drop forged responses before its DH.
-        MacKeys::new(&peer.cfg.public_key).seal(&mut out, None);
-        peer.last_timestamp = timestamp;
-        let kp = Keypair::new(local_index, client_index, keys, now);
-        match peer.session.as_mut() {
-            Some(s) if !new_session => s.keys.install_next(kp),
-            _ => {
-                let mut s = Session::new(
-                    peer.cfg.public_key.session_id(),
-                    self.cfg.session,
-                    Side::Server,
-                );
-                s.keys.install_current(kp);
-                peer.session = Some(s);
-            }
-        }
-        let s = peer.session.as_mut().expect("installed above");
-        peer.takes_relays = takes_relays;
-        if takes_relays {
-            let r = &self.relays;
-            s.offer_relays(r.epoch, r.count, &r.encoded);
-        }
-        s.ensure_path(now, path, from);
-        // A handshake proves the client's address too (it may have moved while away).
-        if s.follow_path(path, from) {
-            self.events.push_back((pi, Event::PathRoamed(path, from)));
-        }
-        s.confirm_path(now, path);
-        self.by_index.retain(|_, v| *v != pi);
-        for idx in s.keys.indices() {
-            self.by_index.insert(idx, pi);
-        }
-        self.counters.handshakes += 1;
-        self.replies.respond(path, from, out);
-        self.touched(pi);
     }
 
     /// Peer `pi` was called: its deadline may have moved and it may have output.
@@ -460,8 +415,13 @@ impl Server {
             self.counters.tx_no_route += 1;
             return;
         };
+        if !self.shard.owns_key(&self.peers[pi].cfg.public_key) {
+            let to = self.shard.owner_of_key(&self.peers[pi].cfg.public_key);
+            let bytes = packet.to_vec();
+            return self.hand_off(Handoff::Packet { to, bytes });
+        }
         let default = self.cfg.default_policy;
-        match self.peers[pi].session.as_mut() {
+        match self.peers[pi].session.as_deref_mut() {
             Some(s) => {
                 let policy = match s.downlink_policy(packet, default) {
                     Policy::Redundant { copies: None } => Policy::Redundant {
@@ -483,7 +443,7 @@ impl Server {
         t.refresh(|i| {
             self.peers[i]
                 .session
-                .as_ref()
+                .as_deref()
                 .and_then(Session::poll_timeout)
         });
         t.first()
@@ -494,12 +454,12 @@ impl Server {
     pub fn handle_timeout(&mut self, now: Instant) {
         let peers = &self.peers;
         let t = self.timers.get_mut();
-        t.refresh(|i| peers[i].session.as_ref().and_then(Session::poll_timeout));
+        t.refresh(|i| peers[i].session.as_deref().and_then(Session::poll_timeout));
         let mut due = std::mem::take(&mut self.due);
         t.due(now, &mut due);
         due.sort_unstable();
         for &pi in &due {
-            if let Some(s) = self.peers[pi].session.as_mut() {
+            if let Some(s) = self.peers[pi].session.as_deref_mut() {
                 s.handle_timeout(now);
                 while let Some(e) = s.poll_event() {
                     self.events.push_back((pi, e));
@@ -551,7 +511,7 @@ impl Server {
         let n = self.peers.len();
         while let Some(i) = self.rx_ready.next_from(self.next_rx_peer) {
             let peer = &mut self.peers[i];
-            if let Some(s) = peer.session.as_mut() {
+            if let Some(s) = peer.session.as_deref_mut() {
                 while let Some(len) = s.poll_deliver(buf) {
                     let src_ok = crate::policy::parse_flow(&buf[..len]).is_some_and(|(k, _)| {
                         peer.cfg.allowed_ips.iter().any(|n| n.contains(&k.src))

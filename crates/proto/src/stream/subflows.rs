@@ -9,7 +9,12 @@
 //!
 //! - a link that leaves Up (Suspect or Down): its subflow is closed, and the kernel sends
 //!   what was in flight on it again over the others at once (measured in the lab: the
-//!   longest gap when a link is cut under an upload fell from 0.7–0.85 s to 0.2–0.3 s);
+//!   longest gap when a link is cut under an upload fell from 0.7–0.85 s to 0.2–0.3 s).
+//!   Before that, its address is removed from the connection (REMOVE_ADDR, RFC 8684
+//!   §3.4.2, by its [`address_id`]): the option travels on a live subflow, so the server
+//!   closes its own end of the dead subflow and resends what *it* had in flight there —
+//!   the close alone cannot reach the server over the dead link, and in a download the
+//!   server's kernel would go on sending on it until its own timeouts;
 //! - a link back Up without a subflow (closed so, or the connection opened while it was
 //!   away) gets one;
 //! - a link that is Down is tried last for a new connection's first subflow.
@@ -29,7 +34,9 @@ use crate::path::PathState;
 /// A change to carry out on one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// Close the subflow on `link` (its data in flight is resent over the others).
+    /// Close the subflow on `link` (its data in flight is resent over the others), after
+    /// removing its address (REMOVE_ADDR with its [`address_id`]) so the server closes
+    /// its end too.
     Close {
         /// The link's index.
         link: usize,
@@ -68,6 +75,19 @@ pub fn plan(
         if !links.contains(&link) {
             out.push(Step::Create { link });
         }
+    }
+}
+
+/// The local address id of a connection's subflow on `link` (the id REMOVE_ADDR names):
+/// 0 for the connection's initial subflow, which MPTCP always numbers 0 (RFC 8684
+/// §3.2), `link + 1` for one the client added (`MP_JOIN` carries the id it was created
+/// with). Ids 1..=255 are distinct per link, so a removal never names another link's
+/// subflow.
+pub fn address_id(link: usize, initial: bool) -> u8 {
+    if initial {
+        0
+    } else {
+        (link as u8).wrapping_add(1)
     }
 }
 
@@ -126,6 +146,13 @@ mod tests {
         assert_eq!(steps(&[Up, Up], &[0, 1]), vec![]);
         assert_eq!(steps(&[Up], &[0, 3]), vec![]);
         assert_eq!(steps(&[], &[0, 1]), vec![]);
+    }
+
+    #[test]
+    fn the_initial_subflow_is_id_zero_and_added_ones_their_link_plus_one() {
+        assert_eq!(address_id(2, true), 0);
+        assert_eq!(address_id(0, false), 1);
+        assert_eq!(address_id(2, false), 3);
     }
 
     fn first_subflow_order(states: &[PathState], links: usize) -> Vec<usize> {

@@ -26,7 +26,7 @@ use multihome_io::mptcp::{mptcp_info, set_pm_type, set_userspace_pm, Pm};
 use multihome_io::netlink::{interface_addresses, link_index, link_is_up};
 use multihome_proto::crypto::{PublicKey, StaticSecret};
 use multihome_proto::stream::handshake::HANDSHAKE_MAX;
-use multihome_proto::stream::subflows::tried_last;
+use multihome_proto::stream::subflows::{address_id, tried_last};
 use multihome_proto::stream::{ConnectStatus, StreamInitiator};
 use multihome_race::core::Flow;
 use multihome_race::daemon::attempt::{listeners, reset};
@@ -87,6 +87,8 @@ pub struct Ctx {
     fallback_logged: std::cell::Cell<bool>,
     /// The tunnel's state of each link (`steer`).
     states: LinkStates,
+    /// Tell the server (REMOVE_ADDR) when a subflow is closed by the steering.
+    pub(super) remove_addr: bool,
     /// The counters.
     pub stats: Arc<StreamStats>,
     /// Held SYNs (`hold_syns`).
@@ -136,6 +138,7 @@ pub fn start(
     let port = cfg.listen_port;
     let queue = cfg.hold_syns;
     let cc = cfg.congestion_control.clone();
+    let remove_addr = cfg.remove_addr;
     // The thread reports whether its queue and listener opened: without them the
     // interception would divert LAN TCP into nothing, so the client must not start.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -158,6 +161,7 @@ pub fn start(
             pm: RefCell::new(pm),
             fallback_logged: Default::default(),
             states,
+            remove_addr,
             held,
         });
         tokio::task::spawn_local(super::held::queue_loop(ctx.clone()));
@@ -380,7 +384,7 @@ fn add_subflows(ctx: &Ctx, enc: &TcpStream, others: &[&Usable<'_>]) {
 /// Adds a subflow over `l` to connection `token` (local address id = link index + 1);
 /// whether the kernel took it.
 pub(super) fn create_subflow(ctx: &Ctx, token: u32, l: &Usable<'_>) -> bool {
-    let id = (l.index as u8).wrapping_add(1);
+    let id = address_id(l.index, false);
     let local = SocketAddr::new(l.local, 0);
     let res =
         ctx.pm

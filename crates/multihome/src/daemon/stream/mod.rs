@@ -67,6 +67,9 @@ pub struct StreamStats {
     pub subflows_closed: AtomicU64,
     /// Subflows opened on a link back Up that had none (client; also in `subflows`).
     pub subflows_reopened: AtomicU64,
+    /// REMOVE_ADDRs the kernel took for a closed subflow's address (client), telling the
+    /// server to close its end of the subflow.
+    pub addrs_removed: AtomicU64,
 }
 
 impl StreamStats {
@@ -86,6 +89,7 @@ impl StreamStats {
             "subflows": g(&self.subflows),
             "subflows_closed": g(&self.subflows_closed),
             "subflows_reopened": g(&self.subflows_reopened),
+            "addrs_removed": g(&self.addrs_removed),
         })
     }
 

@@ -4,6 +4,13 @@
 //! a link that leaves Up has its subflow closed (the kernel resends its data in flight
 //! over the others at once), a link back Up gets a new one.
 //!
+//! Before a subflow is closed its address is removed from the connection
+//! (`MPTCP_PM_CMD_REMOVE`, `remove_addr`): the kernel sends REMOVE_ADDR on a live
+//! subflow, and the server closes its end of the dead one and resends what it had in
+//! flight there (a download); our own close cannot reach the server over the dead link.
+//! The order matters: the kernel forgets an added subflow's address id when the subflow
+//! is destroyed, so the removal comes first.
+//!
 //! Kernel MPTCP alone learns that a link died from its retransmission timeouts, backed
 //! off, and keeps scheduling on it meanwhile; the tunnel knows within a few round trips.
 //! While stream connections are open the core keeps probing every link as while data
@@ -19,8 +26,8 @@
 use super::client::{usable_links, Ctx};
 use multihome_io::mptcp::subflow_addrs;
 use multihome_proto::path::PathState;
-use multihome_proto::stream::subflows::{plan, Step};
-use std::net::IpAddr;
+use multihome_proto::stream::subflows::{address_id, plan, Step};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -106,6 +113,9 @@ fn apply(
                 let Some((l, r)) = addrs.iter().find(|(l, _)| l.ip() == u.local) else {
                     continue;
                 };
+                if ctx.remove_addr {
+                    remove_addr(ctx, token, fd, link, (*l, *r));
+                }
                 match ctx.pm.borrow_mut().subflow_destroy(token, *l, *r) {
                     Ok(()) => {
                         closed.push((*l, *r));
@@ -123,4 +133,26 @@ fn apply(
             }
         }
     }
+}
+
+/// Tells the server that the address of the subflow `pair` on `link` is gone (REMOVE_ADDR
+/// with its address id: 0 if it is the initial subflow, whose ends are the MPTCP
+/// socket's own).
+fn remove_addr(ctx: &Ctx, token: u32, fd: &OwnedFd, link: usize, pair: Pair) {
+    let sock = socket2::SockRef::from(fd);
+    let own = |a: std::io::Result<socket2::SockAddr>| a.ok().and_then(|a| a.as_socket());
+    let initial: Option<Pair> = own(sock.local_addr()).zip(own(sock.peer_addr()));
+    let id = address_id(link, initial.is_some_and(|i| same(i, pair)));
+    match ctx.pm.borrow_mut().remove_addr(token, id) {
+        Ok(()) => {
+            ctx.stats.addrs_removed.fetch_add(1, Relaxed);
+        }
+        Err(e) => tracing::debug!(link, id, "stream: {e}"),
+    }
+}
+
+/// The same subflow ends, a v4-mapped IPv6 address equal to its IPv4 one.
+fn same(a: Pair, b: Pair) -> bool {
+    let norm = |s: SocketAddr| SocketAddr::new(s.ip().to_canonical(), s.port());
+    norm(a.0) == norm(b.0) && norm(a.1) == norm(b.1)
 }

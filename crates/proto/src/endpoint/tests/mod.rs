@@ -26,6 +26,7 @@ mod redundant;
 mod relays;
 mod reload;
 mod reordering;
+mod shards;
 mod stated;
 mod throughput;
 
