@@ -102,6 +102,7 @@ pub(crate) mod testutil {
             bw_age: Duration::ZERO,
             fwd_queue: Duration::ZERO,
             fwd_queue_peak: Duration::ZERO,
+            startup: false,
             cost: 1,
             standby: false,
         }

@@ -24,9 +24,13 @@
 //! it: one-way delay, forward queue and serialisation at the path's rate (14 ms for a
 //! 1.4-kB datagram at 0.8 Mbit/s), and for q the highest forward queue its datagrams met
 //! over the last two seconds rather than the mean — a link that delivers in bursts holds
-//! a datagram sent into a silence for the whole silence. A path whose estimate was never
-//! taken while busy is judged as well (its rate is the estimate or its pair capacity,
-//! whichever is higher); only a path with no figure at all is used unjudged. A path the
+//! a datagram sent into a silence for the whole silence — less the primary's own spread
+//! of queue, which the receiver waits for either way (two links that jitter alike charge
+//! each other nothing for it). q's rate is its estimate or its pair capacity, whichever
+//! is higher; an estimate that is only a lower bound (never taken while busy, or taken
+//! while the path's controller was still in startup) is judged at the path's pacing rate
+//! if that is higher, and serialisation is charged at the same rate. Only a path with no
+//! figure at all is used unjudged. A path the
 //! flow is not striped over is taken only at `ENTER` times the threshold (hysteresis:
 //! taking a later path back costs the inner TCP more than the threshold counts).
 //!
@@ -80,16 +84,29 @@ pub fn stripe_threshold(p: &PathView, q: &PathView, len: usize) -> u64 {
         // Unmeasured: use it, that is how it gets measured.
         return 0;
     }
-    // An estimate not yet taken while busy is judged too (it is a lower bound, raised by
-    // the pair capacity): allowed whatever it read, a link that delivers in bursts, whose
-    // every sample was application-limited, carried the flow's packets into its silences
-    // for the whole run; left, it is measured with copies (`remeasured`: its estimate has
-    // no busy sample) and taken once its pairs say it pays.
+    // An estimate not taken while busy, or taken while the path's window was still
+    // growing (startup), is a lower bound: what the path was given, not what it carries.
+    // It is judged (a link that delivers in bursts, whose every sample was
+    // application-limited, carried the flow's packets into its silences for the whole
+    // run when such estimates went unjudged), but at the rate the path is being paced at
+    // — the estimate times the probing gain — when that is higher. Pairs cannot raise it
+    // on a link that jitters: with 10 ms of jitter a 60 Mbit/s link's pairs read 1 to 3
+    // Mbit/s or nothing, and its 0.2-Mbit/s estimate 80 ms into the flow, with its
+    // serialisation charged at that rate (56 ms a datagram), left it out for 2 s and the
+    // flow at 0.50 of its rate without jitter (the simulator's `reordering` test).
+    let rq = if q.bw_valid && !q.startup {
+        rq
+    } else {
+        rq.max(q.pacing_bps)
+    };
     // q's packets are charged the highest queue they met lately, not the mean: on a link
     // that delivers in bursts the reorder buffer waits for the datagram that was sent
-    // into a silence.
-    let peak = q.fwd_queue_peak.saturating_sub(q.fwd_queue).as_secs_f64();
-    let dd = (arrival(q, len) + peak - arrival(p, len)).max(0.0);
+    // into a silence. Only what q's spread exceeds p's: the receiver waits for p's own
+    // late datagrams with or without q, and two links that jitter alike (5 ms each) would
+    // otherwise see q charged its jitter twice over its one-way delay difference.
+    let spread = |v: &PathView| v.fwd_queue_peak.saturating_sub(v.fwd_queue).as_secs_f64();
+    let peak = (spread(q) - spread(p)).max(0.0);
+    let dd = (q.forward_delay_s() + len as f64 / rq + peak - arrival(p, len)).max(0.0);
     (dd * rp * (rp + rq) / rq).min(u64::MAX as f64 / 2.0) as u64
 }
 
@@ -455,9 +472,39 @@ mod tests {
         q.fwd_queue_peak = Duration::ZERO;
         q.bw_valid = false;
         q.bandwidth_bps = 1e3;
+        q.pacing_bps = 3e3;
         assert_eq!(eligible(&[p, q], s), [PathId(0)], "a lone trickle");
         q.bandwidth_bps = 0.0;
         assert_eq!(eligible(&[p, q], s).len(), 2, "no figure at all");
+    }
+
+    /// An estimate taken while the path's controller is still in startup is a lower
+    /// bound: judged at the path's pacing rate, a 20 Mbit/s primary's flow of 500 kB
+    /// takes a path 10 ms later that read 2 Mbit/s and is paced at 6; once the path is
+    /// out of startup, 2 Mbit/s is its rate and it is left.
+    #[test]
+    fn a_startup_estimate_is_judged_at_the_pacing_rate() {
+        let p = view(0, PathState::Up, 20, 20.0);
+        let mut q = view(1, PathState::Up, 40, 2.0);
+        q.pacing_bps = 6e6 / 8.0;
+        assert_eq!(eligible(&[p, q], 500_000), [PathId(0)]);
+        q.startup = true;
+        assert_eq!(eligible(&[p, q], 500_000).len(), 2);
+    }
+
+    /// Only the spread of queue q's datagrams meet beyond the primary's is charged: two
+    /// links that jitter alike (a 12-ms peak over the mean on both) are judged on their
+    /// delay difference alone.
+    #[test]
+    fn a_spread_both_paths_share_is_not_charged() {
+        let mut p = view(0, PathState::Up, 20, 20.0);
+        let mut q = view(1, PathState::Up, 60, 8.0);
+        let s = 450_000;
+        assert_eq!(eligible(&[p, q], s).len(), 2);
+        q.fwd_queue_peak = Duration::from_millis(12);
+        assert_eq!(eligible(&[p, q], s), [PathId(0)]);
+        p.fwd_queue_peak = Duration::from_millis(12);
+        assert_eq!(eligible(&[p, q], s).len(), 2);
     }
 
     #[test]
