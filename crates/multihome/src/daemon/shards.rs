@@ -13,7 +13,10 @@
 //!
 //! Thread 0 (the primary) also runs the control socket, metrics and dashboard: it gathers
 //! the others' status documents on request ([`ShardMsg::Status`], waiting at most
-//! [`STATUS_WAIT`]) and passes a reload on to them ([`ShardMsg::Reload`]).
+//! [`STATUS_WAIT`]) and passes a reload on to them ([`ShardMsg::Reload`]). The dashboard's
+//! once-a-second sample does not wait: it merges the latest sample each other thread sent
+//! (one sample interval old) and asks for the next ([`LatestSamples`]), so the primary's
+//! data path never stops for another thread's answer.
 //!
 //! Invariants: each core stays single-threaded (nothing is shared but the inboxes); an
 //! inbox is bounded ([`INBOX`]; a handoff to a full one is dropped and counted); with one
@@ -46,8 +49,8 @@ pub enum ShardMsg {
     Handoff(Handoff),
     /// Send your status document here (`sample`: only what the dashboard samples).
     Status {
-        /// Where the document goes.
-        reply: std::sync::mpsc::SyncSender<Value>,
+        /// Where the document goes, with the sender's thread number.
+        reply: std::sync::mpsc::SyncSender<(usize, Value)>,
         /// The dashboard's sample rather than the whole document.
         sample: bool,
     },
@@ -87,17 +90,31 @@ impl Mesh {
     }
 }
 
+/// The primary's latest sample from each other thread, and the answers still to come to
+/// its last request. A thread's sample stays until a newer one replaces it, so a late
+/// answer never makes its sessions vanish from the dashboard for a second.
+#[derive(Default)]
+struct LatestSamples {
+    latest: Vec<Option<Value>>,
+    coming: Option<std::sync::mpsc::Receiver<(usize, Value)>>,
+}
+
 /// One thread's core: the server shard and its ends of the inboxes.
 pub struct ShardCore {
     /// The shard's server.
     pub server: Server,
     mesh: Mesh,
+    samples: std::cell::RefCell<LatestSamples>,
 }
 
 impl ShardCore {
     /// Wraps `server` (its shard already set) with its thread's `mesh`.
     pub fn new(server: Server, mesh: Mesh) -> Self {
-        ShardCore { server, mesh }
+        ShardCore {
+            server,
+            mesh,
+            samples: Default::default(),
+        }
     }
 
     /// The thread's inbox (taken once, by its [`ShardWatch`]).
@@ -147,7 +164,7 @@ impl ShardCore {
                 self.server.handle_tun_packet(now, &bytes)
             }
             ShardMsg::Status { reply, sample } => {
-                let _ = reply.send(self.own_status(sample));
+                let _ = reply.send((self.mesh.me, self.own_status(sample)));
             }
             ShardMsg::Reload(r) => super::reload::apply_server(&mut self.server, &r),
         }
@@ -197,9 +214,10 @@ impl Core for ShardCore {
         self.gather(false)
     }
 
-    /// The same for the dashboard's sample, at a fraction of the cost.
+    /// The same for the dashboard's sample, at a fraction of the cost and without
+    /// waiting: the other threads' part is their latest answer ([`LatestSamples`]).
     fn sample(&self) -> Value {
-        self.gather(true)
+        self.gather_sample()
     }
 
     fn close(&mut self) {}
@@ -211,27 +229,53 @@ impl ShardCore {
     fn gather(&self, sample: bool) -> Value {
         let mut docs = vec![self.own_status(sample)];
         if self.mesh.me == 0 && self.mesh.to.len() > 1 {
-            let (tx, rx) = std::sync::mpsc::sync_channel(self.mesh.to.len());
-            let asked = self
-                .mesh
-                .others()
-                .filter(|&i| {
-                    let reply = tx.clone();
-                    self.mesh.send(i, ShardMsg::Status { reply, sample })
-                })
-                .count();
-            drop(tx);
+            let (asked, rx) = self.ask_others(sample);
             let deadline = std::time::Instant::now() + STATUS_WAIT;
             for _ in 0..asked {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 match rx.recv_timeout(left) {
-                    Ok(v) => docs.push(v),
+                    Ok((_, v)) => docs.push(v),
                     Err(_) => {
                         tracing::warn!("a server thread did not send its status in time");
                         break;
                     }
                 }
             }
+        }
+        crate::status::merge_server_status(docs)
+    }
+
+    /// Asks every other thread for its document; how many were asked, and where the
+    /// answers come.
+    fn ask_others(&self, sample: bool) -> (usize, std::sync::mpsc::Receiver<(usize, Value)>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(self.mesh.to.len());
+        let asked = self
+            .mesh
+            .others()
+            .filter(|&i| {
+                let reply = tx.clone();
+                self.mesh.send(i, ShardMsg::Status { reply, sample })
+            })
+            .count();
+        (asked, rx)
+    }
+
+    /// The dashboard's sample on the primary: its own now, the others' latest answers,
+    /// and the next request sent (never waited for).
+    fn gather_sample(&self) -> Value {
+        let mut docs = vec![self.own_status(true)];
+        if self.mesh.me == 0 && self.mesh.to.len() > 1 {
+            let mut s = self.samples.borrow_mut();
+            s.latest.resize(self.mesh.to.len(), None);
+            if let Some(rx) = s.coming.take() {
+                for (i, v) in rx.try_iter() {
+                    if let Some(slot) = s.latest.get_mut(i) {
+                        *slot = Some(v);
+                    }
+                }
+            }
+            docs.extend(s.latest.iter().flatten().cloned());
+            s.coming = Some(self.ask_others(true).1);
         }
         crate::status::merge_server_status(docs)
     }
