@@ -6,9 +6,10 @@
 //! static key and two real UDP link sockets (`multihome_io::udp::LinkSocket`) bound to its
 //! own local addresses; only the application above the tunnel is synthetic ([`packet`]:
 //! numbered inner UDP packets), and the far end ([`sink`]) is a socket in the server's
-//! namespace. Everything runs on one current-thread tokio runtime, one task per session,
+//! namespace. The sessions run on one current-thread tokio runtime, one task per session,
 //! sharing the datagram buffers (nothing is held across an `.await`), so a process holds
-//! thousands of sessions. [`plan`] runs the phases and prints one JSON line per phase.
+//! thousands of sessions; the sink has a thread of its own, so that what it measures is
+//! not its wait for the sessions' thread. [`plan`] runs the phases and prints one JSON line per phase.
 //!
 //! - `loadgen keys`: N fresh key pairs: the private keys (one base64 line each) for `run`,
 //!   and the server's `[[peer]]` entries (one per key, inner address `inner_base + i`/32).
@@ -28,7 +29,6 @@ use multihome_io::udp::RecvBuf;
 use multihome_proto::crypto::PublicKey;
 use multihome_proto::policy::Policy;
 use session::{Control, Counters};
-use sink::SinkCount;
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -199,18 +199,12 @@ pub struct Shared {
     pub scratch: RefCell<Scratch>,
     /// Per-session counters.
     pub counters: RefCell<Vec<Counters>>,
-    /// Per-session counts at the sink.
-    pub sink: RefCell<Vec<SinkCount>>,
+    /// The sink (its own thread) and its per-session counts.
+    pub sink: std::sync::Arc<sink::Sink>,
     /// Sessions send steady traffic.
     pub sending: Cell<bool>,
     /// Time between a session's steady packets (set per phase).
     pub send_gap: Cell<Duration>,
-    /// The sink sends bulk traffic.
-    pub bulk: Cell<bool>,
-    /// Wakes the sink when `bulk` changes.
-    pub bulk_changed: tokio::sync::Notify,
-    /// Sends the sink's kernel refused.
-    pub sink_send_errors: Cell<u64>,
     errors: Cell<u64>,
 }
 
@@ -271,11 +265,10 @@ async fn run(a: RunArgs) -> Result<()> {
     anyhow::ensure!(n > 0, "no sessions: {} has no keys", a.keys.display());
     raise_fd_limit(4 * n as u64 + 256);
     let sh = Rc::new(shared(&a, n)?);
-    let sink_sock = sink::open(a.sink_netns.as_deref(), a.sink)?;
+    sink::start(a.sink_netns.as_deref(), a.sink, sh.sink.clone())?;
     let local = tokio::task::LocalSet::new();
     local
         .run_until(async move {
-            tokio::task::spawn_local(sink::run(sh.clone(), sink_sock));
             let ctls: Vec<Rc<Control>> = (0..n).map(|_| Rc::new(Control::default())).collect();
             let phases = plan::parse(&a.phases)?;
             plan::run(sh, keys, ctls, phases, &a).await
@@ -315,6 +308,7 @@ fn shared(a: &RunArgs, n: usize) -> Result<Shared> {
         bulk_gap: gap(bulk_bytes, a.bulk_mbit * 1e6),
     };
     let buf = || vec![0u8; crate::daemon::BUF_BYTES].into_boxed_slice();
+    let sink = std::sync::Arc::new(sink::Sink::new(&plan));
     Ok(Shared {
         plan,
         clock: crate::daemon::Clock::new(),
@@ -327,12 +321,9 @@ fn shared(a: &RunArgs, n: usize) -> Result<Shared> {
             packet: Vec::new(),
         }),
         counters: RefCell::new(vec![Counters::default(); n]),
-        sink: RefCell::new(vec![SinkCount::default(); n]),
+        sink,
         sending: Cell::new(false),
         send_gap: Cell::new(send_gap(a.packet_bytes, a.rate_kbit)),
-        bulk: Cell::new(false),
-        bulk_changed: tokio::sync::Notify::new(),
-        sink_send_errors: Cell::new(0),
         errors: Cell::new(0),
     })
 }

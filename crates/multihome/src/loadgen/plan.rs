@@ -148,7 +148,7 @@ pub async fn run(
         "event": "summary",
         "sessions": sh.plan.sessions,
         "errors": sh.errors(),
-        "sink_send_errors": sh.sink_send_errors.get(),
+        "sink_send_errors": sh.sink.send_errors.load(std::sync::atomic::Ordering::Relaxed),
         "send_errors": sh.counters.borrow().iter().map(|c| c.send_errors).sum::<u64>(),
     }));
     Ok(())
@@ -204,7 +204,7 @@ struct Snap {
 }
 
 fn snap(sh: &Shared) -> Vec<Snap> {
-    let (c, s) = (sh.counters.borrow(), sh.sink.borrow());
+    let (c, s) = (sh.counters.borrow(), sh.sink.counts());
     c.iter()
         .zip(s.iter())
         .map(|(c, s)| Snap {
@@ -260,8 +260,7 @@ async fn traffic(sh: &Shared, ctls: &[Rc<Control>], p: Phase, fraction: f64) -> 
     };
     let before = snap(sh);
     sh.sending.set(!bulk);
-    sh.bulk.set(bulk);
-    sh.bulk_changed.notify_one();
+    sh.sink.set_bulk(bulk);
     let half = Duration::from_secs_f64(secs / 2.0);
     tokio::task::spawn_local(command_spread(ctls.to_vec(), who.clone(), cmd, half));
     // Bulk goodput is taken from the second second on (the first fills the queues).
@@ -271,8 +270,7 @@ async fn traffic(sh: &Shared, ctls: &[Rc<Control>], p: Phase, fraction: f64) -> 
     tokio::time::sleep(Duration::from_secs_f64(secs) - warm).await;
     let (b1, t2) = (snap(sh), sh.clock.now());
     sh.sending.set(false);
-    sh.bulk.set(false);
-    sh.bulk_changed.notify_one();
+    sh.sink.set_bulk(false);
     tokio::time::sleep(DRAIN).await;
     let after = snap(sh);
     let mut v = loss_report(&before, &after, &who);
