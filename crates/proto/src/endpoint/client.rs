@@ -2,8 +2,9 @@
 //!
 //! Handshake: the same initiation datagram goes out on every available link at once, so
 //! the session comes up over whichever link works first (duplicates are refused by the
-//! server's timestamp check); it is retried until answered, after 1, 2, then every 4 s
-//! with up to a quarter more of jitter (`handshake_retry`), and
+//! server's timestamp check); it is retried until answered, after 1 s with up to a quarter
+//! more of jitter, or, while the server answers with cookie replies but no response (it is
+//! loaded), after 2, then every 4 s (`handshake_retry`); and it is
 //! repeated every `REKEY_AFTER` for fresh keys, or sooner once either side has sealed the
 //! cipher's message budget (`Keypair::worn`). If every path has been down for twice the
 //! detection time the client re-handshakes too, which recovers from a server restart.
@@ -76,6 +77,8 @@ struct Pending {
     sender_index: u32,
     /// When an initiation goes out again if this one is not answered.
     retry_at: Instant,
+    /// A cookie reply came for it: the server is alive and under load.
+    loaded: bool,
     /// The copy sent on each link (its mac1 is what a cookie reply is sealed to), and how
     /// often it was resent after a cookie reply.
     copies: Vec<(PathId, Vec<u8>, u8)>,
@@ -97,7 +100,8 @@ pub struct Client {
     links: Vec<LinkInfo>,
     rng: ChaCha20Rng,
     pending: Option<Pending>,
-    /// Initiations in a row not answered (`handshake_retry`); 0 once one is.
+    /// Initiations in a row that drew a cookie reply but no response (`handshake_retry`):
+    /// 0 once one is answered, or once one draws nothing at all.
     unanswered: u32,
     fresh: bool,
     /// Relay lists from the server are taken (`accept_relays`).
@@ -295,10 +299,17 @@ impl Client {
     /// once with mac2.
     fn handle_cookie_reply(&mut self, now: Instant, p: &OuterPacket<&mut [u8]>) {
         let path = PathId(p.path());
-        let Some(copy) = self.pending.as_mut().and_then(|h| {
-            let ours = h.sender_index == p.index();
-            h.copies.iter_mut().find(|c| ours && c.0 == path)
-        }) else {
+        let Some(pending) = self
+            .pending
+            .as_mut()
+            .filter(|h| h.sender_index == p.index())
+        else {
+            if self.done_index != Some(p.index()) {
+                self.counters.rx_unknown_index += 1;
+            }
+            return;
+        };
+        let Some(copy) = pending.copies.iter_mut().find(|c| c.0 == path) else {
             if self.done_index != Some(p.index()) {
                 self.counters.rx_unknown_index += 1;
             }
@@ -311,6 +322,7 @@ impl Client {
             return;
         };
         self.counters.rx_cookie_replies += 1;
+        pending.loaded = true;
         self.cookies.retain(|c| c.0 != path);
         self.cookies.push((path, cookie, now));
         if copy.2 >= MAX_COOKIE_RESENDS {
@@ -434,13 +446,20 @@ impl Client {
             self.handshake_out.push_back((l.id, l.remote, m.clone()));
             copies.push((l.id, m, 0));
         }
+        // Wait longer only while the server shows it is loaded and still does not answer:
+        // an initiation that drew nothing (a lost datagram, a server down) is retried after
+        // the first wait, as a flood's sampled cookie replies must not slow a client down.
+        self.unanswered = match self.pending.as_ref() {
+            Some(p) if p.loaded => self.unanswered.saturating_add(1),
+            _ => 0,
+        };
         let wait = handshake_retry(self.unanswered);
         let jitter = wait.mul_f64(f64::from(self.rng.next_u32()) / f64::from(u32::MAX) / 4.0);
-        self.unanswered = self.unanswered.saturating_add(1);
         self.pending = Some(Pending {
             initiator,
             sender_index,
             retry_at: now + wait + jitter,
+            loaded: false,
             copies,
         });
     }
