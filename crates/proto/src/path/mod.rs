@@ -145,12 +145,6 @@ pub struct PathView {
     pub bw_age: Duration,
     /// Smoothed forward one-way queueing delay (`oneway.rs`).
     pub fwd_queue: Duration,
-    /// Highest forward queue a datagram met over about the last second (`oneway.rs`):
-    /// what the receiver may wait for on this path, where `fwd_queue` is the mean.
-    pub fwd_queue_peak: Duration,
-    /// The rate controller is still in startup: the estimate is what the path was given
-    /// while its window grew, a lower bound on its rate.
-    pub startup: bool,
     /// What sending on the path costs, relative to the others (`PathConfig::cost`).
     pub cost: u32,
     /// On standby (`PathConfig::standby`): schedulers use it only while no other path is
@@ -487,8 +481,6 @@ impl Path {
             capacity_bps: self.control.capacity().unwrap_or(0.0),
             bw_age: self.rate.busy_age(now).unwrap_or(Duration::MAX),
             fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
-            fwd_queue_peak: self.fwd.peak_at(now),
-            startup: self.control.in_startup(),
             cost: self.cfg.cost,
             standby: self.cfg.standby,
         }

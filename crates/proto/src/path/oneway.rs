@@ -37,18 +37,7 @@ pub struct ForwardDelay {
     sampled_at: Option<Instant>,
     /// Our send time of the newest sampled datagram.
     sampled_sent: Option<Instant>,
-    /// Highest queue sample of the current and the previous `PEAK_WINDOW / 2` (µs), and
-    /// when the current bucket started.
-    peak_cur: Option<(Instant, i64)>,
-    peak_prev: i64,
 }
-
-/// How far back `peak_at` looks (in buckets of half of it): what a datagram waited in
-/// the path recently, not on average. A link that delivers in bursts with silences between them (a cellular
-/// scheduler's grants) holds the datagrams sent into a silence for up to the silence,
-/// while the smoothed reading, taken mostly from datagrams that left just before a burst,
-/// stays low; the receiver's reorder buffer waits for the late ones.
-const PEAK_WINDOW: Duration = Duration::from_secs(2);
 
 impl ForwardDelay {
     /// Records one sample: our datagram sent at `sent` (our clock) reached the peer at
@@ -83,20 +72,6 @@ impl ForwardDelay {
         self.latest_queue_us = (owd - min).max(0);
         self.smoothed_queue_us += (self.latest_queue_us as f64 - self.smoothed_queue_us) / 8.0;
         self.sampled_at = Some(now);
-        let q = self.latest_queue_us;
-        match self.peak_cur {
-            Some((start, m)) if now.saturating_since(start) < PEAK_WINDOW / 2 => {
-                self.peak_cur = Some((start, m.max(q)));
-            }
-            Some((start, m)) => {
-                // A bucket over: it becomes the previous one, unless it ended a whole
-                // window ago (no samples since).
-                let fresh = now.saturating_since(start) < PEAK_WINDOW;
-                self.peak_prev = if fresh { m } else { 0 };
-                self.peak_cur = Some((now, q));
-            }
-            None => self.peak_cur = Some((now, q)),
-        }
         self.queue()
     }
 
@@ -142,21 +117,6 @@ impl ForwardDelay {
         }
     }
 
-    /// The highest queue a sample read over about the last `PEAK_WINDOW` (zero once no
-    /// sample has come for that long).
-    pub fn peak_at(&self, now: Instant) -> Duration {
-        let Some((start, cur)) = self.peak_cur else {
-            return Duration::ZERO;
-        };
-        let age = now.saturating_since(start);
-        let us = match age {
-            a if a < PEAK_WINDOW / 2 => cur.max(self.peak_prev),
-            a if a < PEAK_WINDOW => cur,
-            _ => 0,
-        };
-        Duration::from_micros(us.max(0) as u64)
-    }
-
     /// Smoothed forward queueing delay.
     pub fn smoothed(&self) -> Duration {
         Duration::from_micros(self.smoothed_queue_us as u64)
@@ -194,32 +154,6 @@ mod tests {
         assert_eq!(
             f.on_sample(at(40), at(20), peer(20, 10), None),
             Duration::ZERO
-        );
-    }
-
-    /// The peak is the highest queue of about the last `PEAK_WINDOW` (buckets of half
-    /// of it), whatever the smoothed reading says, and is forgotten once no sample has
-    /// come for that long.
-    #[test]
-    fn the_peak_keeps_the_longest_wait_for_a_window() {
-        let mut f = ForwardDelay::default();
-        let peer = |sent_ms: u64, owd_ms: u64| ((sent_ms + owd_ms) * 1000) as u32;
-        f.on_sample(at(10), at(0), peer(0, 10), None);
-        // One datagram waited 900 ms (sent into a silence), the next ones did not.
-        f.on_sample(at(1000), at(90), peer(90, 910), None);
-        f.on_sample(at(1001), at(990), peer(990, 11), None);
-        assert!(f.smoothed() < Duration::from_millis(150));
-        assert_eq!(f.peak_at(at(1001)), Duration::from_millis(900));
-        f.on_sample(at(1800), at(1790), peer(1790, 10), None);
-        assert_eq!(
-            f.peak_at(at(1800)),
-            Duration::from_millis(900),
-            "a burst later"
-        );
-        assert_eq!(
-            f.peak_at(at(3900)),
-            Duration::ZERO,
-            "no sample for a window"
         );
     }
 

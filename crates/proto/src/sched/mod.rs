@@ -101,8 +101,6 @@ pub(crate) mod testutil {
             capacity_bps: 0.0,
             bw_age: Duration::ZERO,
             fwd_queue: Duration::ZERO,
-            fwd_queue_peak: Duration::ZERO,
-            startup: false,
             cost: 1,
             standby: false,
         }

@@ -20,20 +20,6 @@
 //! rule reads: q pays when what it adds in T (`R_q · T`) exceeds what its extra delay
 //! costs the whole stream (`(R_p + R_q) · (d_q − d_p)`), for a flow running at R_p.
 //!
-//! `d` is when a datagram sent now arrives, as the receiver's reorder buffer waits for
-//! it: one-way delay, forward queue and serialisation at the path's rate (14 ms for a
-//! 1.4-kB datagram at 0.8 Mbit/s), and for q the highest forward queue its datagrams met
-//! over the last two seconds rather than the mean — a link that delivers in bursts holds
-//! a datagram sent into a silence for the whole silence — less the primary's own spread
-//! of queue, which the receiver waits for either way (two links that jitter alike charge
-//! each other nothing for it). q's rate is its estimate or its pair capacity, whichever
-//! is higher; an estimate that is only a lower bound (never taken while busy, or taken
-//! while the path's controller was still in startup) is judged at the path's pacing rate
-//! if that is higher, and serialisation is charged at the same rate. Only a path with no
-//! figure at all is used unjudged. A path the
-//! flow is not striped over is taken only at `ENTER` times the threshold (hysteresis:
-//! taking a later path back costs the inner TCP more than the threshold counts).
-//!
 //! A path the rule leaves unused gets no new rate samples, and its estimate would keep
 //! the value that excluded it: once the estimate is older than `REMEASURE` (no sample
 //! taken while the path was busy), the path carries copies of a few of the flow's
@@ -75,38 +61,17 @@ pub const PROBE_BYTES: u64 = 15_000;
 
 /// Bytes a flow must have sent (weighted by age, `FlowMeter`) before `q` is added to
 /// primary `p`.
-pub fn stripe_threshold(p: &PathView, q: &PathView, len: usize) -> u64 {
+pub fn stripe_threshold(p: &PathView, q: &PathView) -> u64 {
     // A path given little to do has a low estimate; the packet-pair capacity says what it
     // could carry, which is what the question is about.
     let rq = q.bandwidth_bps.max(q.capacity_bps);
     let rp = p.bandwidth_bps;
-    if rp <= 0.0 || rq <= 0.0 {
-        // Unmeasured: use it, that is how it gets measured.
+    if rp <= 0.0 || rq <= 0.0 || !q.bw_valid {
+        // Unmeasured (or only measured with keepalives): use it, that is how it gets
+        // measured; an estimate from a starved path would keep it starved.
         return 0;
     }
-    // An estimate not taken while busy, or taken while the path's window was still
-    // growing (startup), is a lower bound: what the path was given, not what it carries.
-    // It is judged (a link that delivers in bursts, whose every sample was
-    // application-limited, carried the flow's packets into its silences for the whole
-    // run when such estimates went unjudged), but at the rate the path is being paced at
-    // — the estimate times the probing gain — when that is higher. Pairs cannot raise it
-    // on a link that jitters: with 10 ms of jitter a 60 Mbit/s link's pairs read 1 to 3
-    // Mbit/s or nothing, and its 0.2-Mbit/s estimate 80 ms into the flow, with its
-    // serialisation charged at that rate (56 ms a datagram), left it out for 2 s and the
-    // flow at 0.50 of its rate without jitter (the simulator's `reordering` test).
-    let rq = if q.bw_valid && !q.startup {
-        rq
-    } else {
-        rq.max(q.pacing_bps)
-    };
-    // q's packets are charged the highest queue they met lately, not the mean: on a link
-    // that delivers in bursts the reorder buffer waits for the datagram that was sent
-    // into a silence. Only what q's spread exceeds p's: the receiver waits for p's own
-    // late datagrams with or without q, and two links that jitter alike (5 ms each) would
-    // otherwise see q charged its jitter twice over its one-way delay difference.
-    let spread = |v: &PathView| v.fwd_queue_peak.saturating_sub(v.fwd_queue).as_secs_f64();
-    let peak = (spread(q) - spread(p)).max(0.0);
-    let dd = (q.forward_delay_s() + len as f64 / rq + peak - arrival(p, len)).max(0.0);
+    let dd = (one_way(q) - one_way(p)).max(0.0);
     (dd * rp * (rp + rq) / rq).min(u64::MAX as f64 / 2.0) as u64
 }
 
@@ -115,24 +80,14 @@ fn one_way(p: &PathView) -> f64 {
     p.forward_delay_s()
 }
 
-/// When `len` bytes sent now on `p` arrive, seconds: its one-way delay plus their
-/// serialisation at its rate, as the scheduler reckons it. What the receiver's reorder
-/// buffer holds the flow for is the difference of these, not of the one-way delays: at
-/// 0.8 Mbit/s a 1.4-kB datagram takes 14 ms to cross the link.
-fn arrival(p: &PathView, len: usize) -> f64 {
-    super::earliest::expected_delivery(p, len)
-}
-
 /// Keeps the paths a flow that has sent `flow_bytes` (weighted by age) may use: the
-/// primary (lowest one-way delay) and every other path whose threshold it has passed —
-/// `ENTER` times over for a path the flow is not striped over yet (`striped`, the flow's
-/// set, updated here). In place: a set of views is kilobytes (`MAX_PATHS` of them), too
-/// much to copy per packet. Returns a path it left out that is due to be measured again
-/// (`remeasured`): the caller sends a copy of the packet there too.
+/// primary (lowest one-way delay) and every other path whose threshold it has passed. In
+/// place: a set of views is kilobytes (`MAX_PATHS` of them), too much to copy per packet.
+/// Returns a path it left out that is due to be measured again (`remeasured`): the
+/// caller sends a copy of the packet there too.
 pub fn retain_eligible(
     paths: &mut Vec<PathView>,
     flow_bytes: u64,
-    striped: &mut PathBits,
     now: Instant,
     len: usize,
 ) -> Option<PathId> {
@@ -141,14 +96,7 @@ pub fn retain_eligible(
         .copied()?;
     let mut probe = None;
     paths.retain(|q| {
-        let threshold = stripe_threshold(&primary, q, len);
-        let bar = if striped.has(q.id) {
-            threshold
-        } else {
-            threshold.saturating_mul(ENTER)
-        };
-        let keep = q.id == primary.id || bar <= flow_bytes;
-        striped.set(q.id, keep && q.id != primary.id);
+        let keep = q.id == primary.id || stripe_threshold(&primary, q) <= flow_bytes;
         if !keep && probe.is_none() && q.usable() && remeasured(q, now, len) {
             probe = Some(q.id);
         }
@@ -171,43 +119,6 @@ fn remeasured(q: &PathView, now: Instant, len: usize) -> bool {
         && q.ready_at <= now
 }
 
-/// A path a flow is not striped over is taken (back) only once the flow passes its
-/// threshold this many times over; it is left as soon as the flow falls below it. Taking
-/// a later path costs more than the threshold counts: the reorder wait behind it lengthens
-/// the inner TCP's round trip at once, and its window grows into the new path only at
-/// congestion-avoidance pace (seconds below the primary alone, the simulator's
-/// `changing_links` test). Without the margin, on a Wi-Fi link beside a 0.8 Mbit/s
-/// cellular one 20 ms later (the mptraces 23_2 pair), the flow's rate and the max-filtered
-/// estimates moved the decision across the threshold 128 times in 20 s, and the flow
-/// delivered 0.93 of the Wi-Fi link alone (simulator). Not more than 2: the packet pairs
-/// of a link that delivers in 1-ms slots read a third of its rate, and at 4 a recovered
-/// 20 Mbit/s link was taken back 10 s late (`changing_links`; 1.5 s at 2).
-pub const ENTER: u64 = 2;
-
-/// A set of paths (bit `id mod 128`; a collision only costs the `ENTER` margin).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PathBits(u128);
-
-impl PathBits {
-    fn bit(id: PathId) -> u128 {
-        1u128 << (id.0 & 127)
-    }
-
-    /// Whether `id` is in the set.
-    pub fn has(self, id: PathId) -> bool {
-        self.0 & Self::bit(id) != 0
-    }
-
-    /// Puts `id` in the set or takes it out.
-    pub fn set(&mut self, id: PathId, on: bool) {
-        if on {
-            self.0 |= Self::bit(id);
-        } else {
-            self.0 &= !Self::bit(id);
-        }
-    }
-}
-
 /// `e^(−dt/HORIZON)`: the weight left to a byte `dt` old.
 fn decay(dt: Duration) -> f64 {
     (-dt.as_secs_f64() / HORIZON.as_secs_f64()).exp()
@@ -223,9 +134,6 @@ struct Seen {
     /// (what eviction goes by).
     seq: Option<u64>,
     seen: Instant,
-    /// The paths besides the primary the flow is striped over (`retain_eligible`);
-    /// emptied with the burst.
-    striped: PathBits,
 }
 
 /// Bytes sent per flow in its current burst.
@@ -250,21 +158,6 @@ impl FlowMeter {
             .map(|s| (now.saturating_since(s.last), s.bytes))
             .filter(|&(idle, _)| idle < IDLE)
             .map_or(0, |(idle, b)| (b * decay(idle)) as u64)
-    }
-
-    /// The paths besides the primary the flow is striped over (empty for a new flow).
-    pub fn striped(&self, key: &FlowKey) -> PathBits {
-        self.flows
-            .get(key)
-            .map_or_else(PathBits::default, |s| s.striped)
-    }
-
-    /// Stores the flow's striped set (`retain_eligible` updated it); a flow not tracked
-    /// is left so (`record` adds it).
-    pub fn set_striped(&mut self, key: &FlowKey, striped: PathBits) {
-        if let Some(s) = self.flows.get_mut(key) {
-            s.striped = striped;
-        }
     }
 
     /// Records that the flow sent packet `seq` at `now` — counting its `len` bytes, unless
@@ -300,16 +193,10 @@ impl FlowMeter {
             last: now,
             seq: None,
             seen: now,
-            striped: PathBits::default(),
         });
         if let Some(len) = len {
             let idle = now.saturating_since(e.last);
-            let kept = if idle >= IDLE {
-                e.striped = PathBits::default();
-                0.0
-            } else {
-                decay(idle)
-            };
+            let kept = if idle >= IDLE { 0.0 } else { decay(idle) };
             e.bytes = e.bytes * kept + len as f64;
             e.last = now;
         }
@@ -337,13 +224,7 @@ mod tests {
 
     fn eligible(paths: &[PathView], flow_bytes: u64) -> Vec<PathId> {
         let mut v: Vec<PathView> = paths.to_vec();
-        retain_eligible(
-            &mut v,
-            flow_bytes,
-            &mut PathBits::default(),
-            Instant::ZERO,
-            1500,
-        );
+        retain_eligible(&mut v, flow_bytes, Instant::ZERO, 1500);
         v.iter().map(|p| p.id).collect()
     }
 
@@ -352,12 +233,12 @@ mod tests {
         // 50 Mbit/s at 20 ms RTT, 20 Mbit/s at 80 ms RTT: d_q - d_p = 30 ms.
         let p = view(0, PathState::Up, 20, 50.0);
         let q = view(1, PathState::Up, 80, 20.0);
-        let t = stripe_threshold(&p, &q, 0) as f64;
+        let t = stripe_threshold(&p, &q) as f64;
         let want = 0.030 * 6.25e6 * (6.25e6 + 2.5e6) / 2.5e6;
         assert!((t - want).abs() < 1.0, "{t} vs {want}");
         // Equal delays: stripe from the first byte.
         let q2 = view(1, PathState::Up, 20, 5.0);
-        assert_eq!(stripe_threshold(&p, &q2, 0), 0);
+        assert_eq!(stripe_threshold(&p, &q2), 0);
     }
 
     #[test]
@@ -367,8 +248,7 @@ mod tests {
             view(1, PathState::Up, 20, 50.0),
         ];
         assert_eq!(eligible(&paths, 10_000), [PathId(1)]);
-        // Past `ENTER` times the threshold (656 kB, a little more with serialisation).
-        assert_eq!(eligible(&paths, 3_000_000).len(), 2);
+        assert_eq!(eligible(&paths, 1_000_000).len(), 2);
     }
 
     /// A long flow is judged by its recent rate over `HORIZON`, not by all it has sent:
@@ -400,9 +280,9 @@ mod tests {
     fn the_pair_capacity_raises_an_idle_paths_rate() {
         let p = view(0, PathState::Up, 20, 20.0);
         let mut q = view(1, PathState::Up, 140, 1.0);
-        assert!(stripe_threshold(&p, &q, 0) > 3_000_000);
+        assert!(stripe_threshold(&p, &q) > 3_000_000);
         q.capacity_bps = 20e6 / 8.0;
-        assert!(stripe_threshold(&p, &q, 0) < 400_000);
+        assert!(stripe_threshold(&p, &q) < 400_000);
     }
 
     /// A left path whose estimate no busy sample refreshed for `REMEASURE` is named for
@@ -413,13 +293,7 @@ mod tests {
         let mut q = view(1, PathState::Up, 140, 1.0);
         let probe = |q: &PathView| {
             let mut v = vec![p, *q];
-            let r = retain_eligible(
-                &mut v,
-                2_500_000,
-                &mut PathBits::default(),
-                Instant::ZERO,
-                1400,
-            );
+            let r = retain_eligible(&mut v, 2_500_000, Instant::ZERO, 1400);
             assert_eq!(v.len(), 1, "left out either way");
             r
         };
@@ -431,80 +305,6 @@ mod tests {
         q.inflight_bytes = 0;
         q.ready_at = Instant::from_micros(1);
         assert_eq!(probe(&q), None, "its pacer is closed");
-    }
-
-    /// A path the flow is not striped over is taken at `ENTER` times the threshold, and
-    /// kept down to the threshold itself.
-    #[test]
-    fn a_path_is_taken_back_only_well_past_the_threshold() {
-        let p = view(0, PathState::Up, 20, 20.0);
-        let q = view(1, PathState::Up, 60, 10.0);
-        let t = stripe_threshold(&p, &q, 1400);
-        let run = |bytes: u64, striped: &mut PathBits| {
-            let mut v = vec![p, q];
-            retain_eligible(&mut v, bytes, striped, Instant::ZERO, 1400);
-            v.len()
-        };
-        let mut striped = PathBits::default();
-        assert_eq!(
-            run(ENTER * t - 1, &mut striped),
-            1,
-            "not taken below ENTER x"
-        );
-        assert_eq!(run(ENTER * t, &mut striped), 2);
-        assert!(striped.has(PathId(1)));
-        assert_eq!(run(t, &mut striped), 2, "kept down to the threshold");
-        assert_eq!(run(t - 1, &mut striped), 1);
-        assert!(!striped.has(PathId(1)));
-    }
-
-    /// A link that delivers in bursts: its packet pairs read the burst rate, but the
-    /// datagrams sent into its silences waited 900 ms, and that is what it is charged.
-    /// Never measured busy is no free pass once it has a figure.
-    #[test]
-    fn a_bursty_path_is_charged_its_peak_queue() {
-        let p = view(0, PathState::Up, 20, 20.0);
-        let mut q = view(1, PathState::Up, 60, 8.0);
-        let s = 2_500_000; // 20 Mbit/s × HORIZON
-        assert_eq!(eligible(&[p, q], s).len(), 2);
-        q.fwd_queue_peak = Duration::from_millis(900);
-        assert_eq!(eligible(&[p, q], s), [PathId(0)]);
-        q.fwd_queue_peak = Duration::ZERO;
-        q.bw_valid = false;
-        q.bandwidth_bps = 1e3;
-        q.pacing_bps = 3e3;
-        assert_eq!(eligible(&[p, q], s), [PathId(0)], "a lone trickle");
-        q.bandwidth_bps = 0.0;
-        assert_eq!(eligible(&[p, q], s).len(), 2, "no figure at all");
-    }
-
-    /// An estimate taken while the path's controller is still in startup is a lower
-    /// bound: judged at the path's pacing rate, a 20 Mbit/s primary's flow of 500 kB
-    /// takes a path 10 ms later that read 2 Mbit/s and is paced at 6; once the path is
-    /// out of startup, 2 Mbit/s is its rate and it is left.
-    #[test]
-    fn a_startup_estimate_is_judged_at_the_pacing_rate() {
-        let p = view(0, PathState::Up, 20, 20.0);
-        let mut q = view(1, PathState::Up, 40, 2.0);
-        q.pacing_bps = 6e6 / 8.0;
-        assert_eq!(eligible(&[p, q], 500_000), [PathId(0)]);
-        q.startup = true;
-        assert_eq!(eligible(&[p, q], 500_000).len(), 2);
-    }
-
-    /// Only the spread of queue q's datagrams meet beyond the primary's is charged: two
-    /// links that jitter alike (a 12-ms peak over the mean on both) are judged on their
-    /// delay difference alone.
-    #[test]
-    fn a_spread_both_paths_share_is_not_charged() {
-        let mut p = view(0, PathState::Up, 20, 20.0);
-        let mut q = view(1, PathState::Up, 60, 8.0);
-        let s = 450_000;
-        assert_eq!(eligible(&[p, q], s).len(), 2);
-        q.fwd_queue_peak = Duration::from_millis(12);
-        assert_eq!(eligible(&[p, q], s), [PathId(0)]);
-        p.fwd_queue_peak = Duration::from_millis(12);
-        assert_eq!(eligible(&[p, q], s).len(), 2);
     }
 
     #[test]

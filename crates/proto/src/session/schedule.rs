@@ -407,10 +407,7 @@ impl Session {
     ) -> Selection {
         let probe = flow.and_then(|k| {
             let bytes = self.flow_meter.bytes(now, k);
-            let mut striped = self.flow_meter.striped(k);
-            let probe = split::retain_eligible(allowed, bytes, &mut striped, now, len);
-            self.flow_meter.set_striped(k, striped);
-            probe
+            split::retain_eligible(allowed, bytes, now, len)
         });
         let mut sel = self.aggregate.select(now, allowed, len);
         // A path the split rule left out but must measure again gets two copies, back to
