@@ -3,8 +3,8 @@
 //! Handshake: the same initiation datagram goes out on every available link at once, so
 //! the session comes up over whichever link works first (duplicates are refused by the
 //! server's timestamp check); it is retried until answered, after 1 s with up to a quarter
-//! more of jitter, or, while the server answers with cookie replies but no response (it is
-//! loaded), after 2, then every 4 s (`handshake_retry`); and it is
+//! more of jitter, or, while the server is loaded (attempts draw cookie replies, or carry a
+//! cookie) but does not respond, after 2, then every 4 s (`handshake_retry`); and it is
 //! repeated every `REKEY_AFTER` for fresh keys, or sooner once either side has sealed the
 //! cipher's message budget (`Keypair::worn`). If every path has been down for twice the
 //! detection time the client re-handshakes too, which recovers from a server restart.
@@ -77,7 +77,8 @@ struct Pending {
     sender_index: u32,
     /// When an initiation goes out again if this one is not answered.
     retry_at: Instant,
-    /// A cookie reply came for it: the server is alive and under load.
+    /// The server is alive and under load: a cookie reply came for it, or it carried a
+    /// cookie (mac2) from one.
     loaded: bool,
     /// The copy sent on each link (its mac1 is what a cookie reply is sealed to), and how
     /// often it was resent after a cookie reply.
@@ -439,16 +440,22 @@ impl Client {
             return;
         }
         let mut copies = Vec::new();
+        // A cookie still held means the server was loaded within `COOKIE_LIFETIME`: an
+        // initiation that carries it and goes unanswered is one the loaded server could
+        // not take, though no cookie reply will come for it.
+        let mut loaded = false;
         for l in self.links.iter().filter(|l| l.available) {
+            loaded |= self.cookie(now, l.id).is_some();
             let mut m = msg.clone();
             outer::emit_init_header(&mut m, l.id.0, sender_index);
             self.server_macs.seal(&mut m, self.cookie(now, l.id));
             self.handshake_out.push_back((l.id, l.remote, m.clone()));
             copies.push((l.id, m, 0));
         }
-        // Wait longer only while the server shows it is loaded and still does not answer:
-        // an initiation that drew nothing (a lost datagram, a server down) is retried after
-        // the first wait, as a flood's sampled cookie replies must not slow a client down.
+        // Wait longer only while the server shows it is loaded (a cookie reply, or a cookie
+        // from one carried) and still does not answer: an initiation that drew nothing and
+        // carried no cookie (a lost datagram, a server down, a flood's cookie replies
+        // sampled out) is retried after the first wait.
         self.unanswered = match self.pending.as_ref() {
             Some(p) if p.loaded => self.unanswered.saturating_add(1),
             _ => 0,
@@ -459,7 +466,7 @@ impl Client {
             initiator,
             sender_index,
             retry_at: now + wait + jitter,
-            loaded: false,
+            loaded,
             copies,
         });
     }

@@ -27,8 +27,9 @@ pub const HANDSHAKE_RETRY: Duration = Duration::from_secs(1);
 /// Longest wait before retrying an unanswered handshake.
 pub const HANDSHAKE_RETRY_MAX: Duration = Duration::from_secs(4);
 
-/// The wait before retrying a handshake after `unanswered` attempts in a row drew a
-/// cookie reply but no response (0: the first initiation, or one that drew nothing),
+/// The wait before retrying a handshake after `unanswered` attempts in a row found the
+/// server loaded (a cookie reply came, or the attempt carried a cookie) but drew no
+/// response (0: the first initiation, or one that drew nothing and carried no cookie),
 /// before its jitter of up to a quarter more: 1, 2, then 4 s. A server that cannot answer every client at once (thousands re-joining after
 /// its restart) must not be asked again every second by all of them: its queues would
 /// fill with initiations whose initiators have moved on to a newer one, and it would
