@@ -247,7 +247,9 @@ def test_hold_limit_drops_the_oldest_and_the_server_serves_others(
     )
     server_pid = topo.daemons["server"].pid
     topo.link_down(0)
-    deadline = time.monotonic() + 10
+    # An idle session's server probes every 2.5 x keepalive_ms (12.5 s) and declares the
+    # link Down detect_ms (1 s) after an unanswered probe (PROTOCOL.md §6.6), plus margin.
+    deadline = time.monotonic() + 2.5 * 5 + 1 + 1.5
     while topo.session("server")["links"][0]["state"] != "down":
         assert time.monotonic() < deadline, topo.session("server")
         time.sleep(0.1)

@@ -268,8 +268,11 @@ pub fn server_sample(s: &Server) -> Value {
 
 /// The whole server's document from its threads' ([`server_status`] of each shard; the
 /// first is the primary's): the sessions of all, counters summed, the relays as the
-/// primary hands them out (every thread hands out the same list).
+/// primary hands them out (every thread hands out the same list). With several threads the
+/// sessions are listed by peer name: which thread holds a peer follows its key, so their
+/// order would otherwise change from one start to the next.
 pub fn merge_server_status(docs: Vec<Value>) -> Value {
+    let several = docs.len() > 1;
     let mut docs = docs.into_iter();
     let Some(mut all) = docs.next() else {
         return json!({"role": "server", "counters": {}, "sessions": []});
@@ -287,6 +290,9 @@ pub fn merge_server_status(docs: Vec<Value>) -> Value {
         if let (Some(s), Some(add)) = (all["sessions"].as_array_mut(), d["sessions"].as_array()) {
             s.extend(add.iter().cloned());
         }
+    }
+    if let Some(s) = all["sessions"].as_array_mut().filter(|_| several) {
+        s.sort_by(|a, b| a["peer"].as_str().cmp(&b["peer"].as_str()));
     }
     all
 }
