@@ -101,8 +101,9 @@ pub struct Client {
     links: Vec<LinkInfo>,
     rng: ChaCha20Rng,
     pending: Option<Pending>,
-    /// Initiations in a row that drew a cookie reply but no response (`handshake_retry`):
-    /// 0 once one is answered, or once one draws nothing at all.
+    /// Initiations in a row that found the server loaded (`Pending::loaded`) but drew no
+    /// response (`handshake_retry`): 0 once one is answered, or once one neither drew a
+    /// cookie reply nor carried a cookie.
     unanswered: u32,
     fresh: bool,
     /// Relay lists from the server are taken (`accept_relays`).
