@@ -218,11 +218,13 @@ async fn packets_cross_client_and_server_drivers_intact() {
     .await
     .expect("the transfer finished in time");
     assert_eq!(net.dropped(), 0, "the in-memory network dropped datagrams");
-    // The dashboard's once-a-second sample of the server reads as the whole document.
+    // The dashboard's once-a-second sample of the server, built without the document,
+    // reads as the whole document; the control socket's `sample` carries its sessions.
     let doc = multihome::status::server_status(&sdrv.core);
-    let sample = multihome::status::server_sample(&sdrv.core);
-    let seen = multihome::dashboard::snapshot(&sample);
+    let seen = multihome::status::server_snapshot(&sdrv.core);
     assert_eq!(seen, multihome::dashboard::snapshot(&doc));
+    let json = multihome::dashboard::snapshot_json(&seen);
+    assert_eq!(multihome::dashboard::snapshot(&json).links, seen.links);
     assert_eq!(seen.links.len(), 2, "{seen:?}");
     assert!(seen.links.iter().all(|l| l.rx_bytes > Some(0)), "{seen:?}");
 }

@@ -59,10 +59,10 @@ pub trait Core {
     fn log_events(&mut self);
     /// The status document served on the control socket and rendered as metrics.
     fn status(&self) -> serde_json::Value;
-    /// What the dashboard's history samples once a second (`dashboard::snapshot` reads
-    /// it): the status document unless the role has a cheaper one with the same fields.
-    fn sample(&self) -> serde_json::Value {
-        self.status()
+    /// What the dashboard's history samples once a second: the snapshot of the status
+    /// document, unless the role builds the same more cheaply (the server).
+    fn sample(&self) -> multihome_runtime::dashboard::Snapshot {
+        crate::dashboard::snapshot(&self.status())
     }
     /// Starts closing: queues CLOSE where the role sends one (then flush).
     fn close(&mut self);
@@ -340,6 +340,10 @@ impl Core for Server {
 
     fn status(&self) -> serde_json::Value {
         crate::status::server_status(self)
+    }
+
+    fn sample(&self) -> multihome_runtime::dashboard::Snapshot {
+        crate::status::server_snapshot(self)
     }
 
     /// `Server` has no CLOSE to send: its clients detect a stopped server by silence and

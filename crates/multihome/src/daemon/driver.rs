@@ -286,7 +286,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
                 }
                 _ = tick.tick(), if services.live.is_some() => {
                     if let Some(l) = &services.live {
-                        l.sample(&self.core.sample());
+                        l.sample_snapshot(self.core.sample());
                     }
                 }
             }
@@ -298,7 +298,7 @@ impl<C: Core, D: PacketDevice, B: DatagramBind> Driver<C, D, B> {
     fn answer(&mut self, p: Pending, watch: &mut impl Watch<C, B>, services: &Services) {
         let doc = match &p.request {
             Request::Status => services.document(&self.core, self.clock.now()),
-            Request::Sample => self.core.sample(),
+            Request::Sample => crate::dashboard::snapshot_json(&self.core.sample()),
             Request::Reload => match self.reload(watch) {
                 Ok(changes) => serde_json::json!({"reloaded": true, "changes": changes}),
                 Err(error) => serde_json::json!({"reloaded": false, "error": error}),

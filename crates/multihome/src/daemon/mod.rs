@@ -7,6 +7,7 @@
 //! - [`core`]: the trait over the client and server endpoints;
 //! - [`detours`]: the client's detour paths through relays (carrying out the sans-IO
 //!   path manager's decisions);
+//! - [`heap`]: the server's thread that returns freed heap to the kernel;
 //! - [`mem`]: in-memory devices and binds (tests);
 //! - [`mptcp`]: `multihome mptcp-detours`, subflows through relays for kernel MPTCP
 //!   connections (carrying out the sans-IO MPTCP detour manager's decisions);
@@ -28,6 +29,7 @@ pub mod detours;
 pub mod driver;
 pub mod fastpath;
 pub mod fastpath_server;
+pub mod heap;
 pub mod io;
 pub mod mem;
 pub mod mptcp;

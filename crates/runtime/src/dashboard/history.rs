@@ -15,6 +15,7 @@
 
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write;
 
 /// Samples kept: ten minutes at one a second.
 pub const CAPACITY: usize = 600;
@@ -45,6 +46,11 @@ pub struct LinkSample {
 }
 
 impl LinkSample {
+    /// Its session's and its own name, borrowed (a map key that costs no allocation).
+    fn names(&self) -> (&str, &str) {
+        (&self.session, &self.link)
+    }
+
     fn key(&self) -> String {
         format!("{}/{}", self.session, self.link)
     }
@@ -205,22 +211,26 @@ impl History {
         self.series
             .retain(|_, s| s.points.iter().any(Option::is_some));
         self.times.push_back(unix_ms);
-        let before: HashMap<String, &LinkSample> = self
+        // Keyed by borrowed names, and the series' key built in one reused buffer: at
+        // thousands of sessions a string per link and second was most of the sample's heap.
+        let before: HashMap<(&str, &str), &LinkSample> = self
             .last
             .as_ref()
-            .map(|(_, s)| s.links.iter().map(|l| (l.key(), l)).collect())
+            .map(|(_, s)| s.links.iter().map(|l| (l.names(), l)).collect())
             .unwrap_or_default();
         let dt = self
             .last
             .as_ref()
             .map_or(0, |(t, _)| mono_ms.saturating_sub(*t));
         let n = self.times.len();
+        let mut key = String::new();
         for l in &snap.links {
-            let key = l.key();
+            key.clear();
+            let _ = write!(key, "{}/{}", l.session, l.link);
             if self.series.len() >= MAX_SERIES && !self.series.contains_key(&key) {
                 continue;
             }
-            let prev = before.get(&key);
+            let prev = before.get(&l.names());
             let point = Point {
                 tx_bps: prev.and_then(|p| rate(l.tx_bytes, p.tx_bytes, dt)),
                 rx_bps: prev.and_then(|p| rate(l.rx_bytes, p.rx_bytes, dt)),
@@ -228,11 +238,15 @@ impl History {
                 loss: l.loss,
                 state: state_level(&l.state),
             };
-            let s = self.series.entry(key).or_insert_with(|| Series {
-                session: l.session.clone(),
-                link: l.link.clone(),
-                points: VecDeque::new(),
-            });
+            if !self.series.contains_key(&key) {
+                let series = Series {
+                    session: l.session.clone(),
+                    link: l.link.clone(),
+                    points: VecDeque::new(),
+                };
+                self.series.insert(key.clone(), series);
+            }
+            let s = self.series.get_mut(&key).expect("inserted above");
             s.points.resize(n - 1, None);
             s.points.push_back(Some(point));
         }
@@ -330,9 +344,8 @@ impl History {
 /// session is up is a failover (traffic moves there).
 fn link_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String)>) {
     // Looked up in maps, not by scanning: once a second over a server's thousands of links.
-    let key = |l: &LinkSample| (l.session.clone(), l.link.clone());
-    let before: HashMap<_, &LinkSample> = prev.links.iter().map(|p| (key(p), p)).collect();
-    let current: std::collections::HashSet<_> = now.links.iter().map(key).collect();
+    let before: HashMap<_, &LinkSample> = prev.links.iter().map(|p| (p.names(), p)).collect();
+    let current: std::collections::HashSet<_> = now.links.iter().map(LinkSample::names).collect();
     // Each session's links that are up, for naming where traffic went (a scan of every
     // link per change would be quadratic when thousands go down at once).
     let mut up: HashMap<&str, Vec<&str>> = HashMap::new();
@@ -343,7 +356,7 @@ fn link_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String
     }
     for l in &now.links {
         let name = || format!("{} link {}", l.session, l.link);
-        let Some(p) = before.get(&key(l)) else {
+        let Some(p) = before.get(&l.names()) else {
             out.push((EventKind::Link, format!("{} added ({})", name(), l.state)));
             continue;
         };
@@ -371,7 +384,7 @@ fn link_events(prev: &Snapshot, now: &Snapshot, out: &mut Vec<(EventKind, String
         }
     }
     for p in &prev.links {
-        if !current.contains(&key(p)) {
+        if !current.contains(&p.names()) {
             out.push((
                 EventKind::Link,
                 format!("{} link {} removed", p.session, p.link),

@@ -121,10 +121,13 @@ impl Live {
 
     /// Takes a sample of `doc` (the role's status document) now.
     pub fn sample(&self, doc: &Value) {
+        self.sample_snapshot((self.snapshot)(doc));
+    }
+
+    /// Records a snapshot the role built without a status document.
+    pub fn sample_snapshot(&self, snap: Snapshot) {
         let mono = self.started.elapsed().as_millis() as u64;
-        self.history
-            .borrow_mut()
-            .sample(unix_ms(), mono, (self.snapshot)(doc));
+        self.history.borrow_mut().sample(unix_ms(), mono, snap);
     }
 
     /// The status document with the events added (`events`, oldest first): what the
