@@ -12,6 +12,10 @@ knows the key: it passes mac1 and, below the load threshold, costs the server it
 Diffie-Hellman; under load it gets a cookie reply it never sees. ``--size 116`` makes
 version-4 initiations (no MAC fields) for measuring a server from before them.
 
+The datagrams are prebuilt and sent 64 to a ``sendmmsg`` call (through ctypes): a Python
+``sendto`` per datagram cost each sender about a core at 50 000 a second, CPU that on a
+small lab machine the server under test then lacked.
+
 Invariant: nothing sent is a valid handshake of a configured peer (no private key is used).
 The last stdout line is ``RESULT {json}`` with ``sent``, ``seconds`` and ``kind``.
 """
@@ -20,6 +24,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import ctypes
+import ctypes.util
+import errno
 import hashlib
 import ipaddress
 import json
@@ -30,6 +37,64 @@ import time
 
 INIT_LEN = 148
 MACS_LEN = 32
+BATCH = 64
+
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class MsgHdr(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(IoVec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
+
+
+class MMsgHdr(ctypes.Structure):
+    _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint)]
+
+
+class Batches:
+    """The packets as one array of ``mmsghdr`` (each to ``dst``), sent in slices."""
+
+    def __init__(self, packets: list[bytes], dst: str) -> None:
+        self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        n = len(packets)
+        # sockaddr_in: family, port 0 (raw), the address; kept alive with the buffers.
+        self.addr = ctypes.create_string_buffer(
+            struct.pack("=H", socket.AF_INET) + b"\0\0" + socket.inet_aton(dst) + bytes(8)
+        )
+        self.bufs = [ctypes.create_string_buffer(p, len(p)) for p in packets]
+        self.iovs = (IoVec * n)()
+        self.msgs = (MMsgHdr * n)()
+        for i, (b, p) in enumerate(zip(self.bufs, packets, strict=True)):
+            self.iovs[i].base = ctypes.cast(b, ctypes.c_void_p)
+            self.iovs[i].len = len(p)
+            h = self.msgs[i].hdr
+            h.name = ctypes.cast(self.addr, ctypes.c_void_p)
+            h.namelen = 16
+            h.iov = ctypes.pointer(self.iovs[i])
+            h.iovlen = 1
+        self.n = n
+
+    def send(self, fd: int, start: int, count: int) -> int:
+        """Sends up to ``count`` packets from ``start`` (no wrap); how many went, 0 when the
+        device queue is full."""
+        count = min(count, self.n - start)
+        at = ctypes.byref(self.msgs, start * ctypes.sizeof(MMsgHdr))
+        r = self.libc.sendmmsg(fd, at, count, 0)
+        if r < 0:
+            e = ctypes.get_errno()
+            if e in (errno.ENOBUFS, errno.EAGAIN):
+                return 0
+            raise OSError(e, "sendmmsg")
+        return r
 
 
 def mac1_key(server_pub: bytes) -> bytes:
@@ -92,22 +157,16 @@ def main() -> int:
         packets.append(ip_udp(src, sport, args.host, args.port, payload))
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    dst = (args.host, 0)
+    batches = Batches(packets, args.host)
     start = time.monotonic()
     sent = 0
     gap = 1.0 / args.pps if args.pps > 0 else 0.0
     while sent < args.count:
-        try:
-            sock.sendto(packets[sent % len(packets)], dst)
-        except BlockingIOError:
+        n = batches.send(sock.fileno(), sent % len(packets), min(BATCH, args.count - sent))
+        if n == 0:  # the device queue is full: wait for it
             time.sleep(0.0005)
             continue
-        except OSError as e:
-            if e.errno == 105:  # ENOBUFS: the device queue is full, wait for it
-                time.sleep(0.0005)
-                continue
-            raise
-        sent += 1
+        sent += n
         if gap:
             behind = start + sent * gap - time.monotonic()
             if behind > 0:
