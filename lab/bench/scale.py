@@ -20,8 +20,9 @@ client endpoints x 2 links in one process against one ``multihome server``:
 
 then, in two fresh labs, a tenth of ``idle_sessions`` and then ``idle_sessions`` (default
 10 000, 5 per client address) come up at once and idle: the server's RSS per session that came
-up in each (the median of five readings a second apart), and the marginal figure, what each session beyond the smaller run adds (the threads'
-fixed buffers and the capped dashboard series cancel). Pass bars (issue): all up within 10 s;
+up in each (the median of five readings a second apart), and the marginal figure, what each
+session beyond the smaller run adds (the threads' fixed buffers and the capped dashboard series
+cancel). Pass bars (issue): all up within 10 s;
 steady loss <= 0.1 %; <= 16 KB per idle session (the marginal figure); bulk goodput under the
 flood >= 90 % of without; nobody refused. ``--flood-only`` runs just the up phase and the two
 bulk phases (results in ``scale-flood.json``). The machine's load average is recorded beside
