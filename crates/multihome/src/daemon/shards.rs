@@ -14,9 +14,9 @@
 //! Thread 0 (the primary) also runs the control socket, metrics and dashboard: it gathers
 //! the others' status documents on request ([`ShardMsg::Status`], waiting at most
 //! [`STATUS_WAIT`]) and passes a reload on to them ([`ShardMsg::Reload`]). The dashboard's
-//! once-a-second sample does not wait: it merges the latest sample each other thread sent
-//! (one sample interval old) and asks for the next ([`LatestSamples`]), so the primary's
-//! data path never stops for another thread's answer.
+//! once-a-second sample (a typed snapshot, [`ShardMsg::Sample`]) does not wait: it merges
+//! the latest sample each other thread sent (one sample interval old) and asks for the next
+//! ([`LatestSamples`]), so the primary's data path never stops for another thread's answer.
 //!
 //! Invariants: each core stays single-threaded (nothing is shared but the inboxes); an
 //! inbox is bounded ([`INBOX`]; a handoff to a full one is dropped and counted); with one
@@ -140,8 +140,7 @@ impl ShardCore {
         }
     }
 
-    /// This shard's own status document (each session says which thread holds it), or
-    /// only the dashboard's sample of it.
+    /// This shard's own status document (each session says which thread holds it).
     fn own_status(&self) -> Value {
         let mut v = crate::status::server_status(&self.server);
         for s in v["sessions"].as_array_mut().into_iter().flatten() {
@@ -213,7 +212,7 @@ impl Core for ShardCore {
         self.gather()
     }
 
-    /// The same for the dashboard's sample, at a fraction of the cost and without
+    /// What the dashboard samples of all threads, built without the document and without
     /// waiting: the other threads' part is their latest answer ([`LatestSamples`]).
     fn sample(&self) -> Snapshot {
         self.gather_sample()
