@@ -142,10 +142,10 @@ def run_case(
 
 def plot(cases: list[dict]):
     fig, (ax,) = figure(width=10, height=4.5)
-    colors = {"multihome": "tab:blue", "mptcp": "tab:orange"}
+    colors = {"multihome": "tab:blue", "mptcp": "tab:orange", "stream": "tab:green"}
     for k, case in enumerate(cases):
         for j, system in enumerate(SYSTEMS):
-            x = k + (j - 0.5) * 0.3
+            x = k + (j - (len(SYSTEMS) - 1) / 2) * 0.25
             ys = [r["seconds"] / case["limit_s"] for r in case["runs"][system] if r["seconds"]]
             ax.scatter([x] * len(ys), ys, color=colors[system], s=18, label=None)
             s = case["summary"][system]
