@@ -301,17 +301,15 @@ impl Client {
     /// once with mac2.
     fn handle_cookie_reply(&mut self, now: Instant, p: &OuterPacket<&mut [u8]>) {
         let path = PathId(p.path());
-        let Some(pending) = self
+        let found = self
             .pending
             .as_mut()
             .filter(|h| h.sender_index == p.index())
-        else {
-            if self.done_index != Some(p.index()) {
-                self.counters.rx_unknown_index += 1;
-            }
-            return;
-        };
-        let Some(copy) = pending.copies.iter_mut().find(|c| c.0 == path) else {
+            .and_then(|h| {
+                let copy = h.copies.iter_mut().find(|c| c.0 == path)?;
+                Some((&mut h.loaded, copy))
+            });
+        let Some((loaded, copy)) = found else {
             if self.done_index != Some(p.index()) {
                 self.counters.rx_unknown_index += 1;
             }
@@ -324,7 +322,7 @@ impl Client {
             return;
         };
         self.counters.rx_cookie_replies += 1;
-        pending.loaded = true;
+        *loaded = true;
         self.cookies.retain(|c| c.0 != path);
         self.cookies.push((path, cookie, now));
         if copy.2 >= MAX_COOKIE_RESENDS {

@@ -30,11 +30,11 @@ pub const HANDSHAKE_RETRY_MAX: Duration = Duration::from_secs(4);
 /// The wait before retrying a handshake after `unanswered` attempts in a row found the
 /// server loaded (a cookie reply came, or the attempt carried a cookie) but drew no
 /// response (0: the first initiation, or one that drew nothing and carried no cookie),
-/// before its jitter of up to a quarter more: 1, 2, then 4 s. A server that cannot answer every client at once (thousands re-joining after
-/// its restart) must not be asked again every second by all of them: its queues would
-/// fill with initiations whose initiators have moved on to a newer one, and it would
-/// answer none in time. The jitter keeps clients that started together from retrying
-/// together.
+/// before its jitter of up to a quarter more: 1, 2, then 4 s. A server that cannot answer
+/// every client at once (thousands re-joining after its restart) must not be asked again
+/// every second by all of them: its queues would fill with initiations whose initiators
+/// have moved on to a newer one, and it would answer none in time. The jitter keeps
+/// clients that started together from retrying together.
 pub fn handshake_retry(unanswered: u32) -> Duration {
     (HANDSHAKE_RETRY * 2u32.saturating_pow(unanswered.min(8))).min(HANDSHAKE_RETRY_MAX)
 }

@@ -14,8 +14,8 @@
 use super::rate::RateSnapshot;
 use crate::Instant;
 
-/// Slots of a new ring (330 B: an idle path has one probe in flight at a time; a busy one
-/// doubles its way up within its first round trips).
+/// Slots of a new ring (320 bytes: an idle path has one probe in flight at a time; a busy
+/// one doubles its way up within its first round trips).
 const MIN_CAP: usize = 4;
 /// Most slots: enough for a full window of small datagrams on a fast path (about 1 MB).
 const MAX_CAP: usize = 16384;

@@ -227,7 +227,8 @@ impl History {
         for l in &snap.links {
             key.clear();
             let _ = write!(key, "{}/{}", l.session, l.link);
-            if self.series.len() >= MAX_SERIES && !self.series.contains_key(&key) {
+            let known = self.series.contains_key(&key);
+            if !known && self.series.len() >= MAX_SERIES {
                 continue;
             }
             let prev = before.get(&l.names());
@@ -238,7 +239,7 @@ impl History {
                 loss: l.loss,
                 state: state_level(&l.state),
             };
-            if !self.series.contains_key(&key) {
+            if !known {
                 let series = Series {
                     session: l.session.clone(),
                     link: l.link.clone(),
