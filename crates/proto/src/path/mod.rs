@@ -362,11 +362,22 @@ impl Path {
     pub fn confirm(&mut self, now: Instant) {
         if self.available {
             if self.state == PathState::Down {
-                self.acked_cum_bytes = self.cum_sent_bytes;
+                self.revive();
             }
             self.set_state(now, PathState::Up);
             self.first_unacked_time = None;
         }
+    }
+
+    /// A `Down` path that feedback proves alive again: what it sent while down is written
+    /// off (as `confirm` does), and its liveness clock starts from its return. Without
+    /// this, the outage's keepalives sent after the acknowledged one — long unacknowledged,
+    /// and mostly never to be (a link resuming at one delivery a second drops them) —
+    /// turned the path `Down` again within milliseconds: on real driving traces a link
+    /// coming back from a 10-s outage went Down and Up 2–13 times in 0.15 s.
+    fn revive(&mut self) {
+        self.acked_cum_bytes = self.cum_sent_bytes;
+        self.first_unacked_time = None;
     }
 
     fn set_state(&mut self, now: Instant, s: PathState) {
@@ -640,6 +651,9 @@ impl Path {
         self.last_ack_at = Some(now);
         self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
         if self.available {
+            if self.state == PathState::Down {
+                self.revive();
+            }
             self.set_state(now, PathState::Up);
         }
     }

@@ -356,3 +356,46 @@ fn a_path_slowed_by_its_queue_is_not_down_at_the_detection_time() {
     tx.update_state(at(7500));
     assert_eq!(tx.state(), PathState::Down);
 }
+
+#[test]
+fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
+    // A link with a 50-ms RTT goes out for 10 s and resumes: the first ACK covers a
+    // keepalive from early in the outage, held in the link's queue; the later ones were
+    // dropped and are never acknowledged. The ACK proves the path; it must not go Down
+    // again at once because of what the outage swallowed.
+    let cfg = PathConfig::from_detect(Duration::from_secs(1));
+    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
+    p.confirm(at(0));
+    let ack_of = |largest| AckFrame {
+        path: 0,
+        largest,
+        ack_delay_us: 0,
+        recv_count: 1,
+        recv_bytes: 60,
+    };
+    for ms in (0..1000).step_by(50) {
+        let seq = p.on_sent(at(ms), 60, SentKind::Probe);
+        p.on_ack(at(ms + 50), &ack_of(seq), 0);
+    }
+    let mut seqs = vec![];
+    for ms in (1000..11_000).step_by(250) {
+        seqs.push(p.on_sent(at(ms), 60, SentKind::Probe));
+        p.update_state(at(ms));
+    }
+    assert_eq!(p.state(), PathState::Down);
+    p.on_ack(at(11_000), &ack_of(seqs[1]), 0);
+    assert_eq!(p.state(), PathState::Up);
+    assert_eq!(p.update_state(at(11_001)), None, "no flap on return");
+    assert_eq!(
+        p.view(at(11_001)).inflight_bytes,
+        0,
+        "the outage's probes written off"
+    );
+    // A datagram sent after the return that is never acknowledged still brings it down,
+    // after the detection time its (now long) RTT allows: at most four detection times.
+    p.on_sent(at(11_010), 60, SentKind::Probe);
+    let down = (11_010..20_000)
+        .find(|&ms| p.update_state(at(ms)) == Some(PathState::Down))
+        .expect("never down again");
+    assert!((12_010..=15_010).contains(&down), "down again at {down}");
+}

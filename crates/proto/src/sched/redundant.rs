@@ -16,11 +16,17 @@
 //!   reduction per unit of `cost` (the smallest `cost / −ln(loss)`, a Suspect path counting
 //!   `DOUBT_LOSS`; ties: lower RTT). With every path used and the residual still above the
 //!   target, extra copies go round-robin on the chosen Up paths whose loss is random
-//!   (0 < loss < 90 %), up to `MAX_COPIES`. Clean paths, no doubt: one copy.
+//!   (0 < loss < 90 %), up to `MAX_COPIES`. Clean paths, no doubt: one copy. A copy
+//!   beyond the primary goes only on a path with room for it now (window, and a pacer
+//!   that lets it go): copies are a bonus, never a backlog. Redundant packets are not
+//!   queued; a bulk flow's window follows its fastest copy, so unlimited copies on a
+//!   slower link overflowed that link's queue — on real driving traces a link drowned
+//!   so stayed Down for 14.7 s after it had recovered, and a download stalled 12 s with
+//!   both links up.
 //!
 //! Invariant: the selection names only non-Down paths of the view (or is `AllPaths` when
 //! there are none), always includes the primary, and has at most `max(MAX_COPIES, k)`
-//! entries.
+//! entries; in adaptive mode every entry but the primary has room for the packet.
 
 use super::{preferred, PathSet, Scheduler, Selection};
 use crate::path::{PathState, PathView};
@@ -71,7 +77,7 @@ impl Scheduler for Redundant {
         "redundant"
     }
 
-    fn select(&mut self, _now: Instant, paths: &[PathView], _len: usize) -> Selection {
+    fn select(&mut self, now: Instant, paths: &[PathView], len: usize) -> Selection {
         // Suspect paths count too: redundancy exists exactly for when a path is in doubt.
         let mut usable: Vec<&PathView> = paths
             .iter()
@@ -86,13 +92,19 @@ impl Scheduler for Redundant {
         usable.sort_by_key(|p| (p.state != PathState::Up, p.srtt, p.id));
         match self.copies {
             Some(k) => Selection::Paths(usable.iter().take(k).map(|p| p.id).collect()),
-            None => Selection::Paths(adaptive(&usable)),
+            None => Selection::Paths(adaptive(&usable, |p| has_room(p, now, len))),
         }
     }
 }
 
-/// The adaptive choice over `usable` (sorted: Up first, then RTT; non-empty).
-fn adaptive(usable: &[&PathView]) -> PathSet {
+/// Whether `p` can take a `len`-byte copy at `now` without queueing it: window and pacer.
+fn has_room(p: &PathView, now: Instant, len: usize) -> bool {
+    p.has_window(len) && p.ready_at <= now
+}
+
+/// The adaptive choice over `usable` (sorted: Up first, then RTT; non-empty); copies
+/// beyond the primary only on paths `room` accepts.
+fn adaptive(usable: &[&PathView], room: impl Fn(&PathView) -> bool) -> PathSet {
     let primary = usable[0];
     let doubt = usable.iter().any(|p| p.state == PathState::Suspect);
     let mut residual = expected_loss(primary);
@@ -101,7 +113,8 @@ fn adaptive(usable: &[&PathView]) -> PathSet {
     }
     let mut set = PathSet::new();
     set.push(primary.id);
-    let mut others: Vec<&PathView> = usable[1..].to_vec();
+    let mut others: Vec<&PathView> = usable[1..].iter().copied().filter(|p| room(p)).collect();
+    let loaded = others.len() + 1 < usable.len();
     others.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.srtt.cmp(&b.srtt)));
     for p in others {
         if residual <= TARGET_RESIDUAL || set.is_full() {
@@ -111,11 +124,15 @@ fn adaptive(usable: &[&PathView]) -> PathSet {
         residual *= expected_loss(p);
     }
     // Every path carries a copy and random loss still exceeds the target: more copies on
-    // the paths whose losses are random (a second copy there is lost independently).
+    // the paths whose losses are random (a second copy there is lost independently). Not
+    // while a path had no room: repeats would load the links further.
+    if loaded {
+        return set;
+    }
     let repeatable: Vec<&PathView> = usable
         .iter()
         .filter(|p| p.state == PathState::Up && set.contains(&p.id))
-        .filter(|p| p.loss > 0.0 && p.loss < 0.9)
+        .filter(|p| p.loss > 0.0 && p.loss < 0.9 && room(p))
         .copied()
         .collect();
     let mut i = 0;
@@ -208,5 +225,29 @@ mod tests {
         assert_eq!(pick(&mut r, &paths), [0]);
         let all_down = [view(0, PathState::Down, 10, 1.0)];
         assert_eq!(r.select(Instant::ZERO, &all_down, 1), Selection::AllPaths);
+    }
+
+    #[test]
+    fn adaptive_copies_only_where_there_is_room() {
+        // A lossy primary wants a copy on the slower link; that link's pacer or window is
+        // shut (a bulk flow's copies already fill it): the copy is skipped, not queued.
+        let mut paths = [
+            PathView {
+                loss: 0.05,
+                ..view(0, PathState::Up, 10, 50.0)
+            },
+            view(1, PathState::Up, 60, 2.0),
+        ];
+        let mut r = Redundant::new(None);
+        assert_eq!(pick(&mut r, &paths), [0, 1], "room: the copy goes");
+        paths[1].ready_at = Instant::from_micros(5_000);
+        assert_eq!(pick(&mut r, &paths), [0], "pacer shut");
+        paths[1].ready_at = Instant::ZERO;
+        paths[1].inflight_bytes = paths[1].cwnd_bytes;
+        assert_eq!(pick(&mut r, &paths), [0], "window full");
+        // The primary goes whatever its room, and fixed copies are the user's to choose.
+        paths[0].inflight_bytes = paths[0].cwnd_bytes;
+        assert_eq!(pick(&mut r, &paths), [0]);
+        assert_eq!(pick(&mut Redundant::new(Some(2)), &paths), [0, 1]);
     }
 }
