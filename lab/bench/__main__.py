@@ -57,6 +57,7 @@ from lab.bench import (
     vehicular,
     vehicular_lte,
 )
+from lab.bench.common import build_binaries
 
 SUITES = (
     "simult-flows",
@@ -204,6 +205,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     suites = SUITES if args.suite == "all" else (args.suite,)
+    build_binaries()
     for suite in suites:
         if suite == "simult-flows":
             only = None if args.cases is None else [int(c) for c in args.cases]

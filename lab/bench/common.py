@@ -36,6 +36,24 @@ def progress(msg: str) -> None:
     print(f"[{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
 
 
+def build_binaries() -> None:
+    """Build the workspace's binaries (release) before a suite runs, so the figures it files
+    under the tree's revision come from that revision's code: a run once measured binaries
+    older than the commit it named, because ``cargo test`` had rebuilt only the test
+    targets. Quick when they are fresh. Skipped when ``MULTIHOME_BENCH_NO_BUILD`` is set or
+    the binaries are given by path (``MULTIHOME_BIN``, ``LINKEM_BIN``).
+    """
+    given = ("MULTIHOME_BENCH_NO_BUILD", "LINKEM_BIN", "MULTIHOME_BIN")
+    if any(os.environ.get(v) for v in given):
+        return
+    progress("building the release binaries (cargo build --release --workspace --bins)")
+    subprocess.run(
+        ["cargo", "build", "--release", "--workspace", "--bins", "--quiet"],
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+    )
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
