@@ -67,8 +67,10 @@ CLIENT = textwrap.dedent(
     except ConnectionRefusedError:
         print("REFUSED", flush=True)
         sys.exit(0)
-    if mode == "download":  # read to EOF: SHA-256, bytes, longest wait between reads
+    if mode.startswith("download"):  # read to EOF: SHA-256, bytes, longest wait between reads
         import time
+        if mode == "download-halfclosed":  # nothing to send: shut our side at once
+            s.shutdown(socket.SHUT_WR)
         s.settimeout(60)
         h, n, last, gap = hashlib.sha256(), 0, None, 0.0
         while d := s.recv(1 << 16):
@@ -290,6 +292,42 @@ def test_a_download_whose_link_dies_stops_on_that_link_at_the_server_too(
     removed = mptcp_counters(stream_topo.srv).get("RmAddr", 0) - before.get("RmAddr", 0)
     assert removed >= 1, "the server received no REMOVE_ADDR"
     stream_topo.unblackhole(0)
+    host.wait(120)
+    origin.wait(10)
+    got = host.output().split()
+    sent = origin.output().split()
+    assert got[:1] == ["RECEIVED"] and sent[-2:-1] == ["SENT"], (host.tail(), origin.tail())
+    assert got[1] == sent[-1] and int(got[2]) == 150 << 20, "bytes corrupted or lost"
+
+
+def test_a_half_closed_download_gets_a_subflow_back_after_an_outage(
+    stream_topo: Topology,
+) -> None:
+    # The LAN host shuts its sending side at once and downloads (as `curl --data` does
+    # not, but many one-request clients do). Link 0 goes dark and comes back mid-download:
+    # the client closes its subflow there and must be able to open a new one. Kernel MPTCP
+    # accepts no MP_JOIN once it has seen a DATA_FIN, so the half-close must travel as a
+    # record alone, not as a DATA_FIN, until both directions are done.
+    before = mptcp_counters(stream_topo.srv)
+    origin = origin_server(stream_topo, "download", "150")
+    host = stream_topo.lan.spawn(
+        ["python3", "-c", CLIENT, "download-halfclosed", ORIGIN, str(PORT)], "stream-halfclosed"
+    )
+    time.sleep(2)
+    stream_topo.blackhole(0)
+    cut = time.monotonic()
+    while stream_status(stream_topo, "client")["subflows_closed"] < 1:
+        assert time.monotonic() < cut + 3, stream_status(stream_topo, "client")
+        time.sleep(0.05)
+    stream_topo.unblackhole(0)
+    joins_before = before.get("MPJoinAckRx", 0)
+    deadline = time.monotonic() + 15
+    while mptcp_counters(stream_topo.srv).get("MPJoinAckRx", 0) - joins_before < 2:
+        assert time.monotonic() < deadline, (
+            mptcp_counters(stream_topo.srv),
+            stream_status(stream_topo, "client"),
+        )
+        time.sleep(0.1)
     host.wait(120)
     origin.wait(10)
     got = host.output().split()

@@ -226,6 +226,9 @@ pub struct Path {
     largest_acked: Option<u32>,
     acked_cum_bytes: u64,
     first_unacked_time: Option<Instant>,
+    /// When the path last came back from `Down`: the liveness clock never starts earlier
+    /// (`revive`).
+    revived_at: Instant,
     last_sent_time: Option<Instant>,
     last_data_sent: Option<Instant>,
     /// `path_seq` of the last data datagram sent, and when the last new ACK came (the
@@ -281,6 +284,7 @@ impl Path {
             largest_acked: None,
             acked_cum_bytes: 0,
             first_unacked_time: None,
+            revived_at: Instant::ZERO,
             last_sent_time: None,
             last_data_sent: None,
             last_data_seq: None,
@@ -362,7 +366,7 @@ impl Path {
     pub fn confirm(&mut self, now: Instant) {
         if self.available {
             if self.state == PathState::Down {
-                self.revive();
+                self.revive(now);
             }
             self.set_state(now, PathState::Up);
             self.first_unacked_time = None;
@@ -370,14 +374,16 @@ impl Path {
     }
 
     /// A `Down` path that feedback proves alive again: what it sent while down is written
-    /// off (as `confirm` does), and its liveness clock starts from its return. Without
-    /// this, the outage's keepalives sent after the acknowledged one — long unacknowledged,
-    /// and mostly never to be (a link resuming at one delivery a second drops them) —
-    /// turned the path `Down` again within milliseconds: on real driving traces a link
-    /// coming back from a 10-s outage went Down and Up 2–13 times in 0.15 s.
-    fn revive(&mut self) {
+    /// off (as `confirm` does), and its liveness clock starts from its return, also for
+    /// the ACKs of the outage's datagrams that trickle in after it. Without this, the
+    /// outage's keepalives sent after an acknowledged one — long unacknowledged, and
+    /// mostly never to be (a link resuming at one delivery a second drops them) — turned
+    /// the path `Down` again within milliseconds: on real driving traces a link coming
+    /// back from a 10-s outage went Down and Up 2–13 times in 0.15 s.
+    fn revive(&mut self, now: Instant) {
         self.acked_cum_bytes = self.cum_sent_bytes;
         self.first_unacked_time = None;
+        self.revived_at = now;
     }
 
     fn set_state(&mut self, now: Instant, s: PathState) {
@@ -649,10 +655,12 @@ impl Path {
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
         self.last_ack_at = Some(now);
-        self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
+        self.first_unacked_time = self
+            .first_eliciting_after(ack.largest, now)
+            .map(|t| t.max(self.revived_at));
         if self.available {
             if self.state == PathState::Down {
-                self.revive();
+                self.revive(now);
             }
             self.set_state(now, PathState::Up);
         }

@@ -391,6 +391,10 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
         0,
         "the outage's probes written off"
     );
+    // The ACK of the next queued keepalive trickles in: still no flap.
+    p.on_ack(at(11_005), &ack_of(seqs[2]), 0);
+    assert_eq!(p.update_state(at(11_006)), None, "no flap on a later ACK");
+    assert_eq!(p.state(), PathState::Up);
     // A datagram sent after the return that is never acknowledged still brings it down,
     // after the detection time its (now long) RTT allows: at most four detection times.
     p.on_sent(at(11_010), 60, SentKind::Probe);

@@ -3,7 +3,9 @@
 //! other, both directions at once.
 //!
 //! - Bytes read from the plain side go out as `Data` records; its end (read 0) as `Fin`,
-//!   after which the far end half-closes; a reset (or any read error) as `Reset`.
+//!   after which the far end half-closes; a reset (or any read error) as `Reset`. The
+//!   MPTCP connection itself stays open both ways until both directions ended (no
+//!   DATA_FIN before: the kernel accepts no new subflow after one).
 //! - Records read from the encrypted side are written to the plain side; `Fin`
 //!   half-closes it (shutdown of writing); `Reset`, a record that fails to open, or the
 //!   MPTCP connection ending without `Fin` resets it (SO_LINGER 0).
@@ -110,10 +112,12 @@ async fn plain_to_enc(
             return End::Reset;
         }
         if let Some(end) = end {
-            if end == End::Fin {
-                // DATA_FIN: the far end's reader sees the stream end after our `Fin`.
-                let _ = ew.shutdown().await;
-            }
+            // No shutdown of the MPTCP side after `Fin`: the record tells the far end, and
+            // the connection closes once both directions ended. Kernel MPTCP refuses new
+            // subflows (MP_JOIN) after a DATA_FIN, so a half-closed connection — a
+            // download whose client shut its sending side at once — could never replace a
+            // subflow steering had closed, and lived on one link through its outages (on
+            // cellular driving traces: no data for 30 s, the transfer given up).
             return end;
         }
     }
