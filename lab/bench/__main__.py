@@ -151,6 +151,12 @@ def main() -> int:
         "remove_addr=false",
     )
     parser.add_argument(
+        "--policies",
+        nargs="*",
+        help="cellular-drive: only these policies (best aggregate redundant stream); a partial "
+        "run is filed as cellular-drive-quick",
+    )
+    parser.add_argument(
         "--no-mptcp", action="store_true", help="cellular-drive: leave kernel MPTCP's run out"
     )
     parser.add_argument(
@@ -254,6 +260,7 @@ def main() -> int:
                 seconds=args.seconds,
                 only=args.cases,
                 with_mptcp=not args.no_mptcp,
+                policies=args.policies,
             )
         elif suite == "scale":
             scale.main(

@@ -312,7 +312,9 @@ def mptcp_run(topo: Topology, links: list[dict], seconds: float) -> dict:
     }
 
 
-def run_pair(pair: dict, seconds: float, runs: int, with_mptcp: bool) -> dict:
+def run_pair(
+    pair: dict, seconds: float, runs: int, with_mptcp: bool, policies: tuple[str, ...]
+) -> dict:
     out: dict = {"name": pair["name"], "start_s": pair["start_s"], "offset_s": pair["offset_s"]}
     with Lab() as lab:
         links = load_pair(pair, lab.dir)
@@ -329,14 +331,14 @@ def run_pair(pair: dict, seconds: float, runs: int, with_mptcp: bool) -> dict:
         out["all_out_s"] = [[round(a / 1e3, 3), round(b / 1e3, 3)] for a, b in facts["all_out_ms"]]
         specs = [LinkSpec(lk["name"], linkem=linkem_config(lk), offloads=False, seed=i + 1)
                  for i, lk in enumerate(links)]  # fmt: skip
-        topo = Topology(lab, specs, policy=POLICIES[0])
+        topo = Topology(lab, specs, policy=policies[0])
         topo.org.route_replace(LAN_PREFIX, via=SRV_UPLINK)
         if with_mptcp:
             mptcp.enable(topo)
         out["runs"] = []
         for r in range(runs):
             run: dict = {}
-            for policy in POLICIES:
+            for policy in policies:
                 rec = one_run(topo, links, policy, seconds)
                 run[policy] = rec
                 show(pair["name"], r, runs, rec)
@@ -373,6 +375,8 @@ def summarize(runs: list[dict]) -> dict:
     out: dict = {}
     for pol in POLICIES:
         recs = [run[pol] for run in runs if pol in run]
+        if not recs:
+            continue
         out[pol] = {
             "goodput_mbps": _median([r["goodput_mbps"] for r in recs]),
             "goodput_over_offered": _median([r["goodput_over_offered"] for r in recs]),
@@ -391,7 +395,7 @@ def summarize(runs: list[dict]) -> dict:
         s["bar_stall"] = s["longest_stall_any_link_s"] <= STALL_BAR_MS / 1e3
         s["bar_state_changes"] = s["downs_over_outages_links"] == 0
         s["bar_voice"] = s["voice_lost"] == 0
-        if pol in ("aggregate", "stream"):
+        if pol in ("aggregate", "stream") and "best" in out:
             best = out["best"]["goodput_mbps"] or 0.0
             s["ratio_to_best"] = s["goodput_mbps"] / best if best else None
             s["bar_goodput"] = s["goodput_mbps"] >= best
@@ -428,8 +432,14 @@ def main(
     seconds: float | None = None,
     only: list[str] | None = None,
     with_mptcp: bool = True,
+    policies: list[str] | None = None,
 ) -> dict:
     seconds = seconds or SECONDS
+    if policies and set(policies) - set(POLICIES):
+        raise LabError(
+            f"unknown policies {sorted(set(policies) - set(POLICIES))}; known: {POLICIES}"
+        )
+    chosen = tuple(p for p in POLICIES if not policies or p in policies)
     runs = runs or 1
     known = [p["name"] for p in PAIRS]
     if only and set(only) - set(known):
@@ -438,7 +448,7 @@ def main(
         )
     pairs = [p for p in PAIRS if not only or p["name"] in only]
     progress(
-        f"cellular-drive: {len(pairs)} pairs x {POLICIES} x {runs} runs, {seconds:g} s each, "
+        f"cellular-drive: {len(pairs)} pairs x {chosen} x {runs} runs, {seconds:g} s each, "
         f"bulk download CUBIC + 64 kbit/s voice, org -> LAN host; traces from {MAHIMAHI_DIR}"
     )
     results, skipped = [], []
@@ -447,7 +457,7 @@ def main(
                  f"start {pair['start_s']} s, "
                  f"second link +{pair['offset_s']} s")  # fmt: skip
         try:
-            results.append(run_pair(pair, seconds, runs, with_mptcp))
+            results.append(run_pair(pair, seconds, runs, with_mptcp, chosen))
         except TracesUnavailable as exc:
             progress(f"pair {pair['name']} skipped: {exc}")
             skipped.append({"name": pair["name"], "reason": str(exc)})
@@ -455,7 +465,7 @@ def main(
             progress(f"pair {pair['name']} failed: {exc}")
             results.append({"name": pair["name"], "error": str(exc)[-2000:]})
     params = {
-        "seconds": seconds, "runs": runs, "policies": list(POLICIES), "bin_ms": BIN_MS,
+        "seconds": seconds, "runs": runs, "policies": list(chosen), "bin_ms": BIN_MS,
         "out_gap_ms": OUT_GAP_MS, "detect_ms": DETECT_MS, "stall_bar_ms": STALL_BAR_MS,
         "voice": {"pps": VOICE_PPS, "ip_bytes": VOICE_PAYLOAD + 28,
                   "deadline_ms": DEADLINE_S * 1e3},
@@ -464,7 +474,7 @@ def main(
         "pairs": [{k: v for k, v in p.items()} for p in pairs],
     }  # fmt: skip
     data = {"params": params, "pairs": results, "skipped": skipped}
-    quick = bool(only) or seconds < SECONDS
+    quick = bool(only) or seconds < SECONDS or chosen != POLICIES
     save("cellular-drive-quick" if quick else "cellular-drive", data, plot(results))
     table(results)
     for s in skipped:
