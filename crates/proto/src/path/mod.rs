@@ -229,6 +229,9 @@ pub struct Path {
     /// When the path last came back from `Down`: the liveness clock never starts earlier
     /// (`revive`).
     revived_at: Instant,
+    /// Back from `Down` on an ACK of a datagram from before its return, and no ACK yet of
+    /// one sent since: shown to schedulers as on standby (`revive`).
+    on_probation: bool,
     last_sent_time: Option<Instant>,
     last_data_sent: Option<Instant>,
     /// `path_seq` of the last data datagram sent, and when the last new ACK came (the
@@ -285,6 +288,7 @@ impl Path {
             acked_cum_bytes: 0,
             first_unacked_time: None,
             revived_at: Instant::ZERO,
+            on_probation: false,
             last_sent_time: None,
             last_data_sent: None,
             last_data_seq: None,
@@ -366,7 +370,7 @@ impl Path {
     pub fn confirm(&mut self, now: Instant) {
         if self.available {
             if self.state == PathState::Down {
-                self.revive(now);
+                self.revive(now, true);
             }
             self.set_state(now, PathState::Up);
             self.first_unacked_time = None;
@@ -380,10 +384,21 @@ impl Path {
     /// mostly never to be (a link resuming at one delivery a second drops them) — turned
     /// the path `Down` again within milliseconds: on real driving traces a link coming
     /// back from a 10-s outage went Down and Up 2–13 times in 0.15 s.
-    fn revive(&mut self, now: Instant) {
+    ///
+    /// Proof that it works *now* is another matter: an ACK of a datagram that waited out the
+    /// outage in the link's queue says only that the link delivered it at last (ATT's
+    /// driving trace resumes at one delivery a second, after 10 s). Such a return puts the
+    /// path on probation — schedulers see it on standby, used only while no other path is
+    /// `Up` — until an ACK covers a datagram sent after the return (the keepalive probes
+    /// earn it), as MPTCP keeps a "stale" subflow out of scheduling until it acknowledges
+    /// new data. Data given to it at once waited there until the path turned Suspect, and
+    /// the flow stalled for that long. `fresh`: the reviving ACK is of a datagram sent
+    /// within the path's Suspect time, so the path delivers now.
+    fn revive(&mut self, now: Instant, fresh: bool) {
         self.acked_cum_bytes = self.cum_sent_bytes;
         self.first_unacked_time = None;
         self.revived_at = now;
+        self.on_probation = !fresh;
     }
 
     fn set_state(&mut self, now: Instant, s: PathState) {
@@ -499,7 +514,7 @@ impl Path {
             bw_age: self.rate.busy_age(now).unwrap_or(Duration::MAX),
             fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
             cost: self.cfg.cost,
-            standby: self.cfg.standby,
+            standby: self.cfg.standby || self.on_probation,
         }
     }
 
@@ -658,9 +673,13 @@ impl Path {
         self.first_unacked_time = self
             .first_eliciting_after(ack.largest, now)
             .map(|t| t.max(self.revived_at));
+        if rec.is_some_and(|r| r.time >= self.revived_at) {
+            self.on_probation = false;
+        }
         if self.available {
             if self.state == PathState::Down {
-                self.revive(now);
+                let fresh = rec.is_some_and(|r| now.saturating_since(r.time) <= self.suspect_after);
+                self.revive(now, fresh);
             }
             self.set_state(now, PathState::Up);
         }

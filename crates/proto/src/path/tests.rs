@@ -395,6 +395,8 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
     p.on_ack(at(11_005), &ack_of(seqs[2]), 0);
     assert_eq!(p.update_state(at(11_006)), None, "no flap on a later ACK");
     assert_eq!(p.state(), PathState::Up);
+    // Only queued datagrams delivered so far: on probation, shown on standby.
+    assert!(p.view(at(11_006)).standby, "not proven to deliver now");
     // A datagram sent after the return that is never acknowledged still brings it down,
     // after the detection time its (now long) RTT allows: at most four detection times.
     p.on_sent(at(11_010), 60, SentKind::Probe);
@@ -402,4 +404,49 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
         .find(|&ms| p.update_state(at(ms)) == Some(PathState::Down))
         .expect("never down again");
     assert!((12_010..=15_010).contains(&down), "down again at {down}");
+}
+
+#[test]
+fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
+    let cfg = PathConfig::from_detect(Duration::from_secs(1));
+    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
+    p.confirm(at(0));
+    let ack_of = |largest| AckFrame {
+        path: 0,
+        largest,
+        ack_delay_us: 0,
+        recv_count: 1,
+        recv_bytes: 60,
+    };
+    for ms in (0..1000).step_by(50) {
+        let seq = p.on_sent(at(ms), 60, SentKind::Probe);
+        p.on_ack(at(ms + 50), &ack_of(seq), 0);
+    }
+    let old = p.on_sent(at(1000), 60, SentKind::Probe);
+    for ms in (1250..5000).step_by(250) {
+        p.on_sent(at(ms), 60, SentKind::Probe);
+        p.update_state(at(ms));
+    }
+    assert_eq!(p.state(), PathState::Down);
+    // The outage's first keepalive, delivered at last: Up, but on standby.
+    p.on_ack(at(5000), &ack_of(old), 0);
+    assert_eq!(p.state(), PathState::Up);
+    assert!(p.view(at(5000)).standby);
+    // A probe sent after the return is acknowledged: the path delivers now.
+    let probe = p.on_sent(at(5100), 60, SentKind::Probe);
+    p.on_ack(at(5400), &ack_of(probe), 0);
+    assert!(!p.view(at(5400)).standby);
+    // A short outage whose last probe is acknowledged within the path's round trip: no
+    // probation at all.
+    let mut ms = 5500;
+    while p.state() != PathState::Down {
+        p.on_sent(at(ms), 60, SentKind::Probe);
+        p.update_state(at(ms));
+        ms += 250;
+        assert!(ms < 20_000, "never down");
+    }
+    let recent = p.on_sent(at(ms), 60, SentKind::Probe);
+    p.on_ack(at(ms + 60), &ack_of(recent), 0);
+    assert_eq!(p.state(), PathState::Up);
+    assert!(!p.view(at(ms + 60)).standby, "fresh proof: no probation");
 }
