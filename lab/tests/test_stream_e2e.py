@@ -254,6 +254,23 @@ def test_a_link_the_tunnel_finds_dead_loses_its_subflow_and_gets_one_back(
     assert joins >= 2, f"{joins} subflow joins: the link's subflow was not opened again"
 
 
+def start_download(topo: Topology, mode: str, mib: int) -> tuple[Proc, Proc]:
+    """The origin sending ``mib`` MiB to the LAN host, which reads them in ``mode``."""
+    origin = origin_server(topo, "download", str(mib))
+    host = topo.lan.spawn(["python3", "-c", CLIENT, mode, ORIGIN, str(PORT)], f"stream-{mode}")
+    return origin, host
+
+
+def assert_downloaded_intact(host: Proc, origin: Proc, mib: int) -> None:
+    """Every byte the origin sent arrived, once, in order."""
+    host.wait(120)
+    origin.wait(10)
+    got = host.output().split()
+    sent = origin.output().split()
+    assert got[:1] == ["RECEIVED"] and sent[-2:-1] == ["SENT"], (host.tail(), origin.tail())
+    assert got[1] == sent[-1] and int(got[2]) == mib << 20, "bytes corrupted or lost"
+
+
 def server_subflows_to(topo: Topology, addr: str) -> list[str]:
     """The server's established TCP sockets (MPTCP subflows) to the client address ``addr``."""
     out = topo.srv.run(["ss", "-tnH", "state", "established", "dst", addr]).stdout
@@ -272,10 +289,7 @@ def test_a_download_whose_link_dies_stops_on_that_link_at_the_server_too(
     # acts within 3 s of the cut (the dead-link test's bound) and the option takes one
     # one-way trip over link 1, so 3.5 s. Every byte arrives, once, in order.
     before = mptcp_counters(stream_topo.srv)
-    origin = origin_server(stream_topo, "download", "150")
-    host = stream_topo.lan.spawn(
-        ["python3", "-c", CLIENT, "download", ORIGIN, str(PORT)], "stream-download"
-    )
+    origin, host = start_download(stream_topo, "download", 150)
     time.sleep(2)
     dead = link_ip(0, "cli")
     assert server_subflows_to(stream_topo, dead), "the server had no subflow on link 0"
@@ -292,12 +306,7 @@ def test_a_download_whose_link_dies_stops_on_that_link_at_the_server_too(
     removed = mptcp_counters(stream_topo.srv).get("RmAddr", 0) - before.get("RmAddr", 0)
     assert removed >= 1, "the server received no REMOVE_ADDR"
     stream_topo.unblackhole(0)
-    host.wait(120)
-    origin.wait(10)
-    got = host.output().split()
-    sent = origin.output().split()
-    assert got[:1] == ["RECEIVED"] and sent[-2:-1] == ["SENT"], (host.tail(), origin.tail())
-    assert got[1] == sent[-1] and int(got[2]) == 150 << 20, "bytes corrupted or lost"
+    assert_downloaded_intact(host, origin, 150)
 
 
 def test_a_half_closed_download_gets_a_subflow_back_after_an_outage(
@@ -309,10 +318,7 @@ def test_a_half_closed_download_gets_a_subflow_back_after_an_outage(
     # accepts no MP_JOIN once it has seen a DATA_FIN, so the half-close must travel as a
     # record alone, not as a DATA_FIN, until both directions are done.
     before = mptcp_counters(stream_topo.srv)
-    origin = origin_server(stream_topo, "download", "150")
-    host = stream_topo.lan.spawn(
-        ["python3", "-c", CLIENT, "download-halfclosed", ORIGIN, str(PORT)], "stream-halfclosed"
-    )
+    origin, host = start_download(stream_topo, "download-halfclosed", 150)
     time.sleep(2)
     stream_topo.blackhole(0)
     cut = time.monotonic()
@@ -328,9 +334,4 @@ def test_a_half_closed_download_gets_a_subflow_back_after_an_outage(
             stream_status(stream_topo, "client"),
         )
         time.sleep(0.1)
-    host.wait(120)
-    origin.wait(10)
-    got = host.output().split()
-    sent = origin.output().split()
-    assert got[:1] == ["RECEIVED"] and sent[-2:-1] == ["SENT"], (host.tail(), origin.tail())
-    assert got[1] == sent[-1] and int(got[2]) == 150 << 20, "bytes corrupted or lost"
+    assert_downloaded_intact(host, origin, 150)

@@ -7,6 +7,9 @@
 //! The deadlines are asked for after every event the driver handles (for each path of
 //! each session it wakes); `Instant + Duration` adds in u64 for that reason (`time.rs`).
 //!
+//! A path back from `Down` starts afresh, and is on probation (standby to the schedulers)
+//! until it delivers what was sent since ([`Path::revive`]).
+//!
 //! Invariant: `state_deadline` is the earliest time `update_state` could change the state
 //! without new input; `None` when no timeout can.
 
@@ -50,6 +53,60 @@ pub(super) fn down_after(rtt: &RttEstimator, detect: Duration) -> Duration {
 }
 
 impl Path {
+    /// Marks the path proven (a handshake response arrived on it). Proof that it works
+    /// now also restarts the liveness clock, and a path that was `Down` writes off what it
+    /// sent meanwhile (its data was reinjected or held): an outage's keepalives, never to
+    /// be acknowledged, turned it `Down` again at once, and filled its window, so after a
+    /// heal nothing moved on it until its next keepalive's ACK (up to a probe interval).
+    pub fn confirm(&mut self, now: Instant) {
+        if self.available {
+            if self.state == PathState::Down {
+                self.revive(now, true);
+            }
+            self.set_state(now, PathState::Up);
+            self.first_unacked_time = None;
+        }
+    }
+
+    /// A `Down` path that feedback proves alive again: what it sent while down is written
+    /// off (as `confirm` does), and its liveness clock starts from its return, also for
+    /// the ACKs of the outage's datagrams that trickle in after it. Without this, the
+    /// outage's keepalives sent after an acknowledged one — long unacknowledged, and
+    /// mostly never to be (a link resuming at one delivery a second drops them) — turned
+    /// the path `Down` again within milliseconds: on real driving traces a link coming
+    /// back from a 10-s outage went Down and Up 2–13 times in 0.15 s.
+    ///
+    /// Proof that it works *now* is another matter: an ACK of a datagram that waited out the
+    /// outage in the link's queue says only that the link delivered it at last (ATT's
+    /// driving trace resumes at one delivery a second, after 10 s). Such a return puts the
+    /// path on probation — schedulers see it on standby, used only while no other path is
+    /// `Up` — until an ACK covers a datagram sent after the return (the keepalive probes
+    /// earn it), as MPTCP keeps a "stale" subflow out of scheduling until it acknowledges
+    /// new data. Data given to it at once waited there until the path turned Suspect, and
+    /// the flow stalled for that long. `fresh`: the reviving ACK is of a datagram sent
+    /// within the path's Suspect time, so the path delivers now.
+    pub(super) fn revive(&mut self, now: Instant, fresh: bool) {
+        self.acked_cum_bytes = self.cum_sent_bytes;
+        self.first_unacked_time = None;
+        self.revived_at = now;
+        self.on_probation = !fresh;
+    }
+
+    /// Send time of the oldest eliciting datagram after `seq`, if any is outstanding.
+    pub(super) fn first_eliciting_after(&self, seq: u32, now: Instant) -> Option<Instant> {
+        let mut s = seq.wrapping_add(1);
+        while s != self.next_seq {
+            match self.sent.get(s) {
+                Some(r) if r.eliciting => return Some(r.time),
+                Some(_) => {}
+                // Record overwritten: assume the worst case, outstanding since now.
+                None => return Some(now),
+            }
+            s = s.wrapping_add(1);
+        }
+        None
+    }
+
     /// Re-evaluates liveness; returns the new state if it changed.
     pub fn update_state(&mut self, now: Instant) -> Option<PathState> {
         let old = self.state;

@@ -363,20 +363,7 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
     // keepalive from early in the outage, held in the link's queue; the later ones were
     // dropped and are never acknowledged. The ACK proves the path; it must not go Down
     // again at once because of what the outage swallowed.
-    let cfg = PathConfig::from_detect(Duration::from_secs(1));
-    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
-    p.confirm(at(0));
-    let ack_of = |largest| AckFrame {
-        path: 0,
-        largest,
-        ack_delay_us: 0,
-        recv_count: 1,
-        recv_bytes: 60,
-    };
-    for ms in (0..1000).step_by(50) {
-        let seq = p.on_sent(at(ms), 60, SentKind::Probe);
-        p.on_ack(at(ms + 50), &ack_of(seq), 0);
-    }
+    let mut p = probed_path_50ms();
     let mut seqs = vec![];
     for ms in (1000..11_000).step_by(250) {
         seqs.push(p.on_sent(at(ms), 60, SentKind::Probe));
@@ -408,20 +395,7 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
 
 #[test]
 fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
-    let cfg = PathConfig::from_detect(Duration::from_secs(1));
-    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
-    p.confirm(at(0));
-    let ack_of = |largest| AckFrame {
-        path: 0,
-        largest,
-        ack_delay_us: 0,
-        recv_count: 1,
-        recv_bytes: 60,
-    };
-    for ms in (0..1000).step_by(50) {
-        let seq = p.on_sent(at(ms), 60, SentKind::Probe);
-        p.on_ack(at(ms + 50), &ack_of(seq), 0);
-    }
+    let mut p = probed_path_50ms();
     let old = p.on_sent(at(1000), 60, SentKind::Probe);
     for ms in (1250..5000).step_by(250) {
         p.on_sent(at(ms), 60, SentKind::Probe);
@@ -449,4 +423,27 @@ fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
     p.on_ack(at(ms + 60), &ack_of(recent), 0);
     assert_eq!(p.state(), PathState::Up);
     assert!(!p.view(at(ms + 60)).standby, "fresh proof: no probation");
+}
+
+/// A probe's ACK, as the peer sends it.
+fn ack_of(largest: u32) -> AckFrame {
+    AckFrame {
+        path: 0,
+        largest,
+        ack_delay_us: 0,
+        recv_count: 1,
+        recv_bytes: 60,
+    }
+}
+
+/// A path with a 50-ms RTT learned from 20 probes, the last acknowledged at 1 s.
+fn probed_path_50ms() -> Path {
+    let cfg = PathConfig::from_detect(Duration::from_secs(1));
+    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
+    p.confirm(at(0));
+    for ms in (0..1000).step_by(50) {
+        let seq = p.on_sent(at(ms), 60, SentKind::Probe);
+        p.on_ack(at(ms + 50), &ack_of(seq), 0);
+    }
+    p
 }
