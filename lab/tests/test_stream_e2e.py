@@ -222,6 +222,17 @@ def test_subflows_keep_the_configured_congestion_control_across_a_restart(
     assert len(seen) >= 2 and set(seen) == {"reno"}, f"subflows' congestion control: {seen}"
 
 
+def outage_until_subflow_closed(topo: Topology) -> None:
+    """Link 0 drops everything until the client has closed a subflow (within 3 s of the
+    cut: a probe interval and a Suspect bound, with room for a loaded machine), then heals."""
+    topo.blackhole(0)
+    cut = time.monotonic()
+    while stream_status(topo, "client")["subflows_closed"] < 1:
+        assert time.monotonic() < cut + 3, stream_status(topo, "client")
+        time.sleep(0.05)
+    topo.unblackhole(0)
+
+
 def test_a_link_the_tunnel_finds_dead_loses_its_subflow_and_gets_one_back(
     stream_topo: Topology,
 ) -> None:
@@ -234,18 +245,9 @@ def test_a_link_the_tunnel_finds_dead_loses_its_subflow_and_gets_one_back(
     before = mptcp_counters(stream_topo.srv)
     transfer = stream_topo.transfer(200, "cubic")
     time.sleep(2)
-    stream_topo.blackhole(0)
-    cut = time.monotonic()
-
-    def stream_counter(key: str) -> int:
-        return stream_status(stream_topo, "client")[key]
-
-    while stream_counter("subflows_closed") < 1:
-        assert time.monotonic() < cut + 3, stream_status(stream_topo, "client")
-        time.sleep(0.05)
-    stream_topo.unblackhole(0)
+    outage_until_subflow_closed(stream_topo)
     deadline = time.monotonic() + 15
-    while stream_counter("subflows_reopened") < 1:
+    while stream_status(stream_topo, "client")["subflows_reopened"] < 1:
         assert time.monotonic() < deadline, stream_status(stream_topo, "client")
         time.sleep(0.1)
     result = transfer.wait(timeout=90)
@@ -320,12 +322,7 @@ def test_a_half_closed_download_gets_a_subflow_back_after_an_outage(
     before = mptcp_counters(stream_topo.srv)
     origin, host = start_download(stream_topo, "download-halfclosed", 150)
     time.sleep(2)
-    stream_topo.blackhole(0)
-    cut = time.monotonic()
-    while stream_status(stream_topo, "client")["subflows_closed"] < 1:
-        assert time.monotonic() < cut + 3, stream_status(stream_topo, "client")
-        time.sleep(0.05)
-    stream_topo.unblackhole(0)
+    outage_until_subflow_closed(stream_topo)
     joins_before = before.get("MPJoinAckRx", 0)
     deadline = time.monotonic() + 15
     while mptcp_counters(stream_topo.srv).get("MPJoinAckRx", 0) - joins_before < 2:

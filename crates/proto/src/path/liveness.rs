@@ -92,12 +92,14 @@ impl Path {
         self.on_probation = !fresh;
     }
 
-    /// Send time of the oldest eliciting datagram after `seq`, if any is outstanding.
+    /// When the liveness clock of what is outstanding after `seq` started: the send time
+    /// of the oldest eliciting datagram after it, but never before the path's return
+    /// (`revive`); `None` if none is outstanding.
     pub(super) fn first_eliciting_after(&self, seq: u32, now: Instant) -> Option<Instant> {
         let mut s = seq.wrapping_add(1);
         while s != self.next_seq {
             match self.sent.get(s) {
-                Some(r) if r.eliciting => return Some(r.time),
+                Some(r) if r.eliciting => return Some(r.time.max(self.revived_at)),
                 Some(_) => {}
                 // Record overwritten: assume the worst case, outstanding since now.
                 None => return Some(now),

@@ -163,6 +163,11 @@ impl PathView {
         self.inflight_bytes + len as u64 <= self.cwnd_bytes
     }
 
+    /// Whether `len` bytes may leave now: window, and a pacer that lets them go.
+    pub fn may_send(&self, now: Instant, len: usize) -> bool {
+        self.has_window(len) && self.ready_at <= now
+    }
+
     /// One-way delay a datagram sent now should see, in seconds: half the minimum RTT
     /// plus the forward queue. Not srtt/2: the reverse direction's queue (the peer's data
     /// ahead of our ACKs) would make a path look later than its data arrives.
@@ -631,9 +636,7 @@ impl Path {
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
         self.last_ack_at = Some(now);
-        self.first_unacked_time = self
-            .first_eliciting_after(ack.largest, now)
-            .map(|t| t.max(self.revived_at));
+        self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
         if rec.is_some_and(|r| r.time >= self.revived_at) {
             self.on_probation = false;
         }

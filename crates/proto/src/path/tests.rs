@@ -298,7 +298,7 @@ fn estimate_after_feeding(owd_us: u64, link_mbit: f64, immediate: bool) -> f64 {
             tx.on_ack(us(at), &a, peer_us);
         }
         let v = tx.view(us(t));
-        if v.ready_at <= us(t) && v.has_window(1400) {
+        if v.may_send(us(t), 1400) {
             let seq = tx.on_sent(us(t), 1400, SentKind::Data);
             link_free = link_free.max(t) + (1400.0 / link_bps * 1e6) as u64;
             arrivals.push_back((link_free + owd, seq));

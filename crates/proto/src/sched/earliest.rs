@@ -74,7 +74,7 @@ impl Scheduler for EarliestArrival {
         let mut any = false;
         let best = preferred(paths)
             .inspect(|_| any = true)
-            .filter(|p| p.has_window(len) && p.ready_at <= now)
+            .filter(|p| p.may_send(now, len))
             .min_by(|a, b| {
                 expected_arrival(a, len)
                     .total_cmp(&expected_arrival(b, len))

@@ -42,7 +42,7 @@ pub fn select(now: Instant, paths: &[PathView], len: usize, budget: Duration) ->
         if t > limit {
             continue;
         }
-        if p.has_window(len) && p.ready_at <= now {
+        if p.may_send(now, len) {
             // Ties go to the lower id (the first seen).
             if latest_with_room.is_none_or(|(best, _)| t > best) {
                 latest_with_room = Some((t, p.id));

@@ -92,14 +92,9 @@ impl Scheduler for Redundant {
         usable.sort_by_key(|p| (p.state != PathState::Up, p.srtt, p.id));
         match self.copies {
             Some(k) => Selection::Paths(usable.iter().take(k).map(|p| p.id).collect()),
-            None => Selection::Paths(adaptive(&usable, |p| has_room(p, now, len))),
+            None => Selection::Paths(adaptive(&usable, |p| p.may_send(now, len))),
         }
     }
-}
-
-/// Whether `p` can take a `len`-byte copy at `now` without queueing it: window and pacer.
-fn has_room(p: &PathView, now: Instant, len: usize) -> bool {
-    p.has_window(len) && p.ready_at <= now
 }
 
 /// The adaptive choice over `usable` (sorted: Up first, then RTT; non-empty); copies

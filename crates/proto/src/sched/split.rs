@@ -115,8 +115,7 @@ pub fn retain_eligible(
 fn remeasured(q: &PathView, now: Instant, len: usize) -> bool {
     q.bw_age > REMEASURE
         && q.inflight_bytes + 2 * len as u64 <= PROBE_BYTES
-        && q.has_window(2 * len)
-        && q.ready_at <= now
+        && q.may_send(now, 2 * len)
 }
 
 /// `e^(−dt/HORIZON)`: the weight left to a byte `dt` old.
