@@ -314,8 +314,8 @@ def test_a_download_whose_link_dies_stops_on_that_link_at_the_server_too(
 def test_a_half_closed_download_gets_a_subflow_back_after_an_outage(
     stream_topo: Topology,
 ) -> None:
-    # The LAN host shuts its sending side at once and downloads (as `curl --data` does
-    # not, but many one-request clients do). Link 0 goes dark and comes back mid-download:
+    # The LAN host shuts its sending side at once and downloads (as a one-request client
+    # such as `nc -N` does). Link 0 goes dark and comes back mid-download:
     # the client closes its subflow there and must be able to open a new one. Kernel MPTCP
     # accepts no MP_JOIN once it has seen a DATA_FIN, so the half-close must travel as a
     # record alone, not as a DATA_FIN, until both directions are done.
