@@ -82,6 +82,7 @@ class LinkemLink:
         self.lab = lab
         self.index = index
         self.a, self.a_dev, self.b, self.b_dev = a, a_dev, b, b_dev
+        self.config = config
         self.ns = lab.ns(f"lk{index}")
         self.ns.sysctl("net.ipv6.conf.all.disable_ipv6", 1)
         self.ns.sysctl("net.ipv6.conf.default.disable_ipv6", 1)
@@ -140,6 +141,14 @@ class LinkemLink:
         if direction not in DIRECTIONS:
             raise LabError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
         self.ctl("set", direction, *(f"{k}={v}" for k, v in settings.items()))
+
+    def restart_traces(self) -> None:
+        """Start every trace-driven direction from its trace's time zero, now (a trace's time
+        zero is when it is installed), so two runs meet the same stretch of the trace."""
+        for direction in DIRECTIONS:
+            rate = self.config.get(direction, {}).get("rate")
+            if isinstance(rate, str) and rate.startswith("trace:"):
+                self.set(direction, rate=rate)
 
     def down(self) -> None:
         """Link down both ways: queue flushed, arrivals dropped (a cut cable, carrier kept)."""

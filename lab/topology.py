@@ -465,6 +465,11 @@ class Topology:
         else:
             self.unblackhole(i)
 
+    def restart_traces(self) -> None:
+        """Every emulated link's traces from their time zero, now (LinkemLink.restart_traces)."""
+        for link in self.emulated.values():
+            link.restart_traces()
+
     def link(self, name: str) -> LinkemLink:
         """The emulated link called ``name`` (LinkSpec.name)."""
         for i, spec in enumerate(self.links):
