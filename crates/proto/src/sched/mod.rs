@@ -18,7 +18,7 @@ pub use best::BestPath;
 pub use earliest::{expected_delivery, EarliestArrival};
 pub use link::LinkScheduler;
 pub use redundant::Redundant;
-pub use redundant::TARGET_RESIDUAL;
+pub use redundant::{SMALL_PACKET, TARGET_RESIDUAL};
 pub use weighted::Weighted;
 
 use crate::path::{PathId, PathState, PathView};

@@ -1,10 +1,15 @@
-//! Adaptive `redundant` (`sched/redundant.rs`): one copy on clean paths, copies added while
-//! a path is lossy or Suspect; `copies = k` stays k.
+//! Adaptive `redundant` (`sched/redundant.rs`): one copy of a large packet on clean paths,
+//! copies added while a path is lossy or Suspect, two copies of a small one; `copies = k`
+//! stays k.
 
 use super::*;
 use crate::path::PathState;
+use crate::sched::SMALL_PACKET;
 
-/// Sends `n` packets of 300 bytes upstream, 20 ms apart, after 2 s of keepalives; returns
+/// Packets just above `SMALL_PACKET`: the copies follow the links' loss and state.
+const LARGE: usize = SMALL_PACKET + 100;
+
+/// Sends `n` packets of `size` bytes upstream, 20 ms apart, after 2 s of keepalives; returns
 /// the pair and the upstream data datagrams each packet took (as sent just after it), with
 /// the state of path 0 when it was sent. `each(pair, n)` runs before packet n.
 fn stream(
@@ -12,6 +17,7 @@ fn stream(
     copies: Option<u8>,
     n: u32,
     seed: u64,
+    size: usize,
     mut each: impl FnMut(&mut Pair, u32),
 ) -> (Pair, Vec<(usize, PathState)>) {
     let mut p = Pair::new(links, Policy::Redundant { copies }, None, seed);
@@ -27,7 +33,7 @@ fn stream(
     p.traffic(
         n,
         Duration::from_millis(20),
-        300,
+        size,
         (true, false),
         Duration::from_secs(1),
         |p, i| {
@@ -53,12 +59,12 @@ fn mean(xs: impl Iterator<Item = usize>) -> f64 {
 #[test]
 fn clean_paths_one_copy() {
     let links = || vec![Link::new(10, None), Link::new(30, None)];
-    let (p, per) = stream(links(), None, 500, 61, |_, _| {});
+    let (p, per) = stream(links(), None, 500, 61, LARGE, |_, _| {});
     let copies = mean(per.iter().map(|c| c.0));
     eprintln!("clean, adaptive: {copies:.3} copies per packet");
     assert!(copies <= 1.02, "{copies}");
     assert_eq!(p.delivered_up.len(), 500);
-    let (_, per) = stream(links(), Some(2), 500, 61, |_, _| {});
+    let (_, per) = stream(links(), Some(2), 500, 61, LARGE, |_, _| {});
     let fixed = mean(per.iter().map(|c| c.0));
     assert!((fixed - 2.0).abs() < 0.02, "copies = 2 is fixed: {fixed}");
 }
@@ -72,7 +78,7 @@ fn lossy_paths_add_copies() {
     a.loss = 0.03;
     let mut b = Link::new(30, None);
     b.loss = 0.03;
-    let (p, per) = stream(vec![a, b], None, 3000, 62, |_, _| {});
+    let (p, per) = stream(vec![a, b], None, 3000, 62, LARGE, |_, _| {});
     let late = mean(per[500..].iter().map(|c| c.0));
     let lost = 1.0 - p.delivered_up.len() as f64 / 3000.0;
     eprintln!(
@@ -94,6 +100,7 @@ fn suspect_path_adds_copies() {
         None,
         400,
         63,
+        LARGE,
         |p, i| {
             if i == 100 {
                 p.up[0].blackhole = true;
@@ -121,6 +128,39 @@ fn suspect_path_adds_copies() {
     got.sort_unstable();
     got.dedup();
     assert_eq!(got.len(), 400, "nothing lost in the failover");
+}
+
+/// Voice-sized packets carry a second copy on clean links, so when the link they ride goes
+/// silent none of them waits for the failover: each arrives within the other link's delay.
+#[test]
+fn voice_rides_two_links_and_a_silent_one_delays_nothing() {
+    let mut sent_at = Vec::new();
+    let (p, _) = stream(
+        vec![Link::new(10, None), Link::new(30, None)],
+        None,
+        300,
+        64,
+        160,
+        |p, i| {
+            if i == 100 {
+                p.up[0].blackhole = true;
+                p.down[0].blackhole = true;
+            }
+            sent_at.push(p.now);
+        },
+    );
+    let mut first = vec![None; 300];
+    for (at, packet) in &p.delivered_up {
+        first[number(packet) as usize].get_or_insert(*at);
+    }
+    for (n, (sent, got)) in sent_at.iter().zip(&first).enumerate() {
+        let got = got.unwrap_or_else(|| panic!("packet {n} lost"));
+        assert!(
+            got.saturating_since(*sent) <= Duration::from_millis(35),
+            "packet {n} took {:?}",
+            got.saturating_since(*sent)
+        );
+    }
 }
 
 /// The kernel fast path (`SessionConfig::kernel_copies`): a packet with two copies is
