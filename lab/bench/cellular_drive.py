@@ -168,6 +168,8 @@ def voice_figures(log: Path, count: int) -> dict:
     rows = json.loads(log.read_text()) if log.exists() else []
     delays = [(rx - sent) / 1e9 for _seq, sent, rx in rows]
     late = sum(d > DEADLINE_S for d in delays)
+    got = {seq for seq, _sent, _rx in rows}
+    lost_at = [seq / VOICE_PPS for seq in range(count) if seq not in got]
     return {
         "sent": count,
         "received": len(rows),
@@ -176,6 +178,9 @@ def voice_figures(log: Path, count: int) -> dict:
         "lost_or_late": count - len(rows) + late,
         "delay_median_ms": statistics.median(delays) * 1e3 if delays else None,
         "delay_max_ms": max(delays) * 1e3 if delays else None,
+        # When the lost packets were sent (s after the traces restarted), to set beside the
+        # links' outages; the first 100.
+        "lost_at_s": lost_at[:100],
     }
 
 
