@@ -7,10 +7,6 @@
 //! The deadlines are asked for after every event the driver handles (for each path of
 //! each session it wakes); `Instant + Duration` adds in u64 for that reason (`time.rs`).
 //!
-//! A busy path whose ACK clock stops is `Suspect` sooner than its RTT says
-//! ([`Path::silent_since`]): the RTT of a cellular link swells with its queue, its ACKs
-//! keep their pace while it delivers.
-//!
 //! A path back from `Down` starts afresh, and is on probation (standby to the schedulers)
 //! until it delivers what was sent since ([`Path::revive`]).
 //!
@@ -56,58 +52,7 @@ pub(super) fn down_after(rtt: &RttEstimator, detect: Duration) -> Duration {
         .min(detect * 4)
 }
 
-/// ACK gaps of its own a busy path may go without feedback before it is `Suspect`.
-pub(super) const SILENT_GAPS: u32 = 4;
-/// The least silence that makes a path `Suspect`: several times the peer's ACK delay
-/// (`MAX_ACK_DELAY`) and a cellular scheduler's usual pause (50–100 ms gaps in delivery
-/// are common on the driving traces; 300 ms and longer come every 10–30 s).
-pub(super) const SILENT_FLOOR: Duration = Duration::from_millis(100);
-
-/// How long a busy path may go without a new ACK before it is `Suspect`: [`SILENT_GAPS`]
-/// of its usual ACK gap, at least [`SILENT_FLOOR`].
-///
-/// Why: `suspect_after` follows the RTT, and on a cellular link the RTT is mostly queue
-/// (700 ms measured on real driving traces), so an outage shorter than two of those RTTs
-/// went unnoticed: what was in flight on the silent link waited, and the reorder buffer
-/// held the other link's data behind it (stalls of 0.8–1.3 s while that link delivered).
-/// The ACK clock does not swell with the queue: a link that delivers acknowledges every
-/// few datagrams or `MAX_ACK_DELAY`, whatever its queue. A false suspicion costs what
-/// `suspect_after`'s does: the path is back `Up` with its next ACK, and the copies
-/// reinjected meanwhile are dropped as duplicates.
-pub(super) fn silent_after(ack_gap: Duration) -> Duration {
-    (ack_gap * SILENT_GAPS).max(SILENT_FLOOR)
-}
-
 impl Path {
-    /// Since when the path owes an ACK, if it is busy and has a usual ACK gap: the last
-    /// new ACK, or one minimum RTT after the oldest outstanding datagram was sent when that
-    /// came later (a path that resumes sending owes nothing before then).
-    fn silent_since(&self) -> Option<Instant> {
-        let gap = self.ack_gap?;
-        let sent = self.first_unacked_time?;
-        let owed = self.last_ack_at?.max(sent + self.rtt.min());
-        Some(owed + silent_after(gap))
-    }
-
-    /// A new ACK came at `now`: the gap since the last one is a sample of the ACK clock if
-    /// the path was busy all along (something eliciting outstanding, sent before that
-    /// ACK). A gap beyond the current silence threshold is an outage, not the clock: it
-    /// counts as the threshold, so one outage does not blunt the next detection. Called
-    /// before `last_ack_at` and `first_unacked_time` move on.
-    pub(super) fn sample_ack_gap(&mut self, now: Instant) {
-        let (Some(prev), Some(sent)) = (self.last_ack_at, self.first_unacked_time) else {
-            return;
-        };
-        if sent > prev {
-            return;
-        }
-        let gap = now.saturating_since(prev);
-        self.ack_gap = Some(match self.ack_gap {
-            None => gap,
-            Some(avg) => (avg * 7 + gap.min(silent_after(avg))) / 8,
-        });
-    }
-
     /// Marks the path proven (a handshake response arrived on it). Proof that it works
     /// now also restarts the liveness clock, and a path that was `Down` writes off what it
     /// sent meanwhile (its data was reinjected or held): an outage's keepalives, never to
@@ -171,10 +116,9 @@ impl Path {
             PathState::Down
         } else if let Some(t) = self.first_unacked_time {
             let waiting = now.saturating_since(t);
-            let silent = self.silent_since().is_some_and(|at| now >= at);
             if waiting >= down_after(&self.rtt, self.cfg.detect) {
                 PathState::Down
-            } else if old == PathState::Up && (waiting >= self.suspect_after || silent) {
+            } else if old == PathState::Up && waiting >= self.suspect_after {
                 PathState::Suspect
             } else {
                 old
@@ -191,8 +135,7 @@ impl Path {
         let t = self.first_unacked_time?;
         (self.state != PathState::Down && self.available).then(|| {
             if self.state == PathState::Up {
-                let by_rtt = t + self.suspect_after;
-                self.silent_since().map_or(by_rtt, |at| at.min(by_rtt))
+                t + self.suspect_after
             } else {
                 t + down_after(&self.rtt, self.cfg.detect)
             }

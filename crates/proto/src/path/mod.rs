@@ -243,9 +243,6 @@ pub struct Path {
     /// tail loss probe's clock, `tail.rs`).
     last_data_seq: Option<u32>,
     last_ack_at: Option<Instant>,
-    /// Smoothed gap between new ACKs while the path was busy (something eliciting
-    /// outstanding since before the earlier ACK): its ACK clock (`liveness.rs`).
-    ack_gap: Option<Duration>,
     /// The clock reading a tail loss probe was sent for.
     tail_probed: Option<Instant>,
     /// One past the highest datagram a NACK named, and the datagrams NACKs named since the
@@ -301,7 +298,6 @@ impl Path {
             last_data_sent: None,
             last_data_seq: None,
             last_ack_at: None,
-            ack_gap: None,
             tail_probed: None,
             nacked_upto: None,
             nacked: 0,
@@ -639,7 +635,6 @@ impl Path {
         };
         self.rate.set_window(now, window);
         self.largest_acked = Some(ack.largest);
-        self.sample_ack_gap(now);
         self.last_ack_at = Some(now);
         self.first_unacked_time = self.first_eliciting_after(ack.largest, now);
         if rec.is_some_and(|r| r.time >= self.revived_at) {

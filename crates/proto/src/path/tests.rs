@@ -1,7 +1,6 @@
 //! Path tests: a sender `Path` and the receiver's `Path` exchanging datagrams and ACKs
 //! over a simulated fixed-delay link.
 
-use super::liveness::SILENT_FLOOR;
 use super::*;
 
 fn addr() -> SocketAddr {
@@ -447,47 +446,4 @@ fn probed_path_50ms() -> Path {
         p.on_ack(at(ms + 50), &ack_of(seq), 0);
     }
     p
-}
-
-/// A busy path with a 700-ms RTT (its queue) acknowledging every 20 ms until `stop_ms`,
-/// sending a datagram every 10 ms throughout; returns it and when it turned Suspect after
-/// its first second (before its first ACK it was Suspect by its initial RTT).
-fn queued_path_silent_from(stop_ms: u64, until_ms: u64) -> (Path, Option<u64>) {
-    let cfg = PathConfig::from_detect(Duration::from_secs(1));
-    let mut p = Path::new(PathId(0), addr(), at(0), cfg);
-    p.confirm(at(0));
-    let mut sent = vec![];
-    let mut suspect_at = None;
-    for ms in (0..until_ms).step_by(10) {
-        sent.push(p.on_sent(at(ms), 1200, SentKind::Data));
-        if ms >= 700 && ms < stop_ms && ms % 20 == 0 {
-            p.on_ack(at(ms), &ack_of(sent[(ms as usize - 700) / 10]), 0);
-        }
-        let new = p.update_state(at(ms));
-        if ms >= 1000 && new == Some(PathState::Suspect) && suspect_at.is_none() {
-            suspect_at = Some(ms);
-        }
-    }
-    (p, suspect_at)
-}
-
-#[test]
-fn a_queued_path_that_keeps_its_ack_clock_stays_up() {
-    let (p, suspect_at) = queued_path_silent_from(u64::MAX, 6000);
-    assert!(p.rtt.smoothed() >= Duration::from_millis(600));
-    assert_eq!(suspect_at, None, "700 ms of queue is not an outage");
-}
-
-#[test]
-fn a_queued_path_whose_acks_stop_is_suspect_within_its_silence_threshold() {
-    // Its RTT says Suspect only after a second (2 RTTs + 4 deviations, at most the
-    // detection time); its ACK clock, 20 ms, says after the 100-ms floor.
-    let (p, suspect_at) = queued_path_silent_from(4000, 6000);
-    let at_ms = suspect_at.expect("suspected");
-    assert!((4080..=4130).contains(&at_ms), "suspect at {at_ms} ms");
-    // The deadline the driver sleeps to is the silence's, not the RTT's: the floor after
-    // the oldest outstanding datagram (sent at 3 290 ms) was due, one minimum RTT on.
-    let (p2, _) = queued_path_silent_from(4000, 4050);
-    assert_eq!(p2.state_deadline(), Some(at(3990) + SILENT_FLOOR));
-    assert_eq!(p.state(), PathState::Down, "two seconds without feedback");
 }
