@@ -29,17 +29,39 @@ def _pass(f: dict, system: str) -> str:
 
 
 def _table_simult_flows(rs: list[dict]) -> list[str]:
+    """Packet mode (``multihome``), kernel MPTCP and, where measured, stream mode; a last row
+    with the passes summed over the cases (the issue's bar compares those)."""
+    systems = ["multihome", "mptcp"]
+    if any("stream.passed" in r["figures"] for r in rs):
+        systems.append("stream")
+    head = {
+        "multihome": "multihome (packet mode)",
+        "mptcp": "kernel MPTCP",
+        "stream": "multihome stream mode",
+    }
     rows = [
-        "| case (rates, one-way delays) | limit | multihome passed, median | "
-        "kernel MPTCP passed, median | best path alone |",
-        "|---|---|---|---|---|",
+        "| case (rates, one-way delays) | limit | "
+        + " | ".join(f"{head[s]} passed, median" for s in systems)
+        + " | best path alone |",
+        "|---|---|" + "---|" * len(systems) + "---|",
     ]
     for r in rs:
         f = r["figures"]
         rows.append(
-            f"| {r['case']} | {_fmt(f.get('limit_s'), ' s')} | {_pass(f, 'multihome')} | "
-            f"{_pass(f, 'mptcp')} | {_fmt(f.get('best_alone_s'), ' s')} |"
+            f"| {r['case']} | {_fmt(f.get('limit_s'), ' s')} | "
+            + " | ".join(_pass(f, s) for s in systems)
+            + f" | {_fmt(f.get('best_alone_s'), ' s')} |"
         )
+    total = {
+        s: (
+            sum(r["figures"].get(f"{s}.passed", 0) for r in rs),
+            sum(r["figures"].get(f"{s}.runs", 0) for r in rs),
+        )
+        for s in systems
+    }
+    rows.append(
+        "| **all cases** | | " + " | ".join(f"**{p}/{n}**" for p, n in total.values()) + " | |"
+    )
     return rows
 
 

@@ -210,5 +210,6 @@ def main(
             f"{c['summary'][s]['median_s'] or float('nan'):6.2f}s"
             for s in SYSTEMS
         ]
-        print(f"{c['name']:28} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16}   limit {c['limit_s']:.2f}s")
+        cols = " ".join(f"{cell:>16}" for cell in cells)
+        print(f"{c['name']:28} {cols}   limit {c['limit_s']:.2f}s")
     return data
