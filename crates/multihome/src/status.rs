@@ -80,7 +80,6 @@ pub fn session_json(s: &Session, name_of: &dyn Fn(PathId) -> String) -> Value {
                 "name": name_of(p.id()),
                 "state": p.state().as_str(),
                 "standby": v.standby,
-                "probation": v.probation,
                 "remote": p.remote().to_string(),
                 "srtt_ms": v.srtt.as_secs_f64() * 1e3,
                 "min_rtt_ms": v.min_rtt.as_secs_f64() * 1e3,

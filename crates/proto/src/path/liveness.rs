@@ -79,8 +79,8 @@ impl Path {
     /// Proof that it works *now* is another matter: an ACK of a datagram that waited out the
     /// outage in the link's queue says only that the link delivered it at last (ATT's
     /// driving trace resumes at one delivery a second, after 10 s). Such a return puts the
-    /// path on probation — schedulers use it only while no other path is `Up` or
-    /// `Suspect` — until an ACK covers a datagram sent after the return (the keepalive probes
+    /// path on probation — schedulers see it on standby, used only while no other path is
+    /// `Up` — until an ACK covers a datagram sent after the return (the keepalive probes
     /// earn it), as MPTCP keeps a "stale" subflow out of scheduling until it acknowledges
     /// new data. Data given to it at once waited there until the path turned Suspect, and
     /// the flow stalled for that long. `fresh`: the reviving ACK is of a datagram sent

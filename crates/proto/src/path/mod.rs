@@ -150,9 +150,6 @@ pub struct PathView {
     /// On standby (`PathConfig::standby`): schedulers use it only while no other path is
     /// `Up` (`sched::preferred`).
     pub standby: bool,
-    /// Back from `Down` and not yet proven to deliver now (`liveness.rs`, `revive`):
-    /// schedulers use it only while no other path is `Up` or `Suspect`.
-    pub probation: bool,
 }
 
 impl PathView {
@@ -483,8 +480,7 @@ impl Path {
             bw_age: self.rate.busy_age(now).unwrap_or(Duration::MAX),
             fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
             cost: self.cfg.cost,
-            standby: self.cfg.standby,
-            probation: self.on_probation,
+            standby: self.cfg.standby || self.on_probation,
         }
     }
 

@@ -383,7 +383,7 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
     assert_eq!(p.update_state(at(11_006)), None, "no flap on a later ACK");
     assert_eq!(p.state(), PathState::Up);
     // Only queued datagrams delivered so far: on probation, shown on standby.
-    assert!(p.view(at(11_006)).probation, "not proven to deliver now");
+    assert!(p.view(at(11_006)).standby, "not proven to deliver now");
     // A datagram sent after the return that is never acknowledged still brings it down,
     // after the detection time its (now long) RTT allows: at most four detection times.
     p.on_sent(at(11_010), 60, SentKind::Probe);
@@ -405,11 +405,11 @@ fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
     // The outage's first keepalive, delivered at last: Up, but on standby.
     p.on_ack(at(5000), &ack_of(old), 0);
     assert_eq!(p.state(), PathState::Up);
-    assert!(p.view(at(5000)).probation);
+    assert!(p.view(at(5000)).standby);
     // A probe sent after the return is acknowledged: the path delivers now.
     let probe = p.on_sent(at(5100), 60, SentKind::Probe);
     p.on_ack(at(5400), &ack_of(probe), 0);
-    assert!(!p.view(at(5400)).probation);
+    assert!(!p.view(at(5400)).standby);
     // A short outage whose last probe is acknowledged within the path's round trip: no
     // probation at all.
     let mut ms = 5500;
@@ -422,7 +422,7 @@ fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
     let recent = p.on_sent(at(ms), 60, SentKind::Probe);
     p.on_ack(at(ms + 60), &ack_of(recent), 0);
     assert_eq!(p.state(), PathState::Up);
-    assert!(!p.view(at(ms + 60)).probation, "fresh proof: no probation");
+    assert!(!p.view(at(ms + 60)).standby, "fresh proof: no probation");
 }
 
 /// A probe's ACK, as the peer sends it.

@@ -64,11 +64,8 @@ impl Scheduler for BestPath {
                 let proven = best
                     .up_since
                     .is_some_and(|t| now.saturating_since(t) >= self.hold);
-                // A path on standby or probation is as good as unhealthy while a better
-                // ranked one is `Up`.
-                let c_healthy = c.state == PathState::Up
-                    && (!c.standby || best.standby)
-                    && (!c.probation || best.probation);
+                // A path on standby is as good as unhealthy while another is `Up`.
+                let c_healthy = c.state == PathState::Up && (!c.standby || best.standby);
                 if (proven && clearly_better(best, c))
                     || (!c_healthy && best.state == PathState::Up)
                 {
@@ -136,24 +133,6 @@ mod tests {
         assert_eq!(pick(&mut s, 100, &[direct, detour]), 1);
         direct.standby = false;
         assert_eq!(pick(&mut s, 4000, &[direct, detour]), 0);
-    }
-
-    /// A path back from an outage on probation does not take the traffic of a current
-    /// path that is only `Suspect` (a cellular gap, mostly), but does once that is `Down`,
-    /// and is left as soon as the current path is `Up` again.
-    #[test]
-    fn keeps_a_suspect_path_rather_than_one_on_probation() {
-        let mut s = BestPath::new(Duration::from_secs(3));
-        let mut lte = view(0, PathState::Up, 70, 10.0);
-        let mut back = view(1, PathState::Up, 60, 10.0);
-        back.probation = true;
-        assert_eq!(pick(&mut s, 0, &[lte, back]), 0);
-        lte.state = PathState::Suspect;
-        assert_eq!(pick(&mut s, 100, &[lte, back]), 0, "a gap: stay");
-        lte.state = PathState::Down;
-        assert_eq!(pick(&mut s, 2000, &[lte, back]), 1, "gone: the last resort");
-        lte.state = PathState::Up;
-        assert_eq!(pick(&mut s, 2100, &[lte, back]), 0, "back at once");
     }
 
     #[test]

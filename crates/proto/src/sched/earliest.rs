@@ -165,18 +165,6 @@ mod tests {
         );
     }
 
-    /// A path on probation carries data only while no other path is `Up` or `Suspect`.
-    #[test]
-    fn a_path_on_probation_only_when_no_other_is_up_or_suspect() {
-        let mut s = EarliestArrival::new();
-        let mut back = view(0, PathState::Up, 20, 50.0);
-        back.probation = true;
-        let mut other = view(1, PathState::Suspect, 60, 10.0);
-        assert_eq!(s.select(Instant::ZERO, &[back, other], 1500), one(other.id));
-        other.state = PathState::Down;
-        assert_eq!(s.select(Instant::ZERO, &[back, other], 1500), one(back.id));
-    }
-
     #[test]
     fn waits_when_every_path_is_paced_or_full() {
         let mut s = EarliestArrival::new();

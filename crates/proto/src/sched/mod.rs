@@ -51,15 +51,7 @@ pub trait Scheduler: Send {
 }
 
 /// Paths usable for data, best tier first: `Up` paths; else `Up` ones on standby; else
-/// `Suspect` ones; else `Suspect` ones on standby; else, in the same order, paths on
-/// probation. Never a `Down` path.
-///
-/// Why probation last: a path back from an outage whose only proof is an ACK of data that
-/// waited out the outage in its queue may deliver one datagram a second (ATT's driving
-/// trace), while a `Suspect` path delivered until a moment ago, and mostly resumes (a
-/// cellular link's gaps of 100–300 ms come every few seconds). Ranked as standby, the
-/// probation path took a `Suspect` path's traffic at each of those gaps, and the flow
-/// waited for what it had sent there until it turned `Suspect` in its turn.
+/// `Suspect` ones; else `Suspect` ones on standby. Never a `Down` path.
 pub fn preferred(paths: &[PathView]) -> impl Iterator<Item = &PathView> {
     let best = paths.iter().filter_map(tier).min();
     paths
@@ -74,7 +66,7 @@ fn tier(p: &PathView) -> Option<u8> {
         PathState::Suspect => 2,
         PathState::Down => return None,
     };
-    Some(state + u8::from(p.standby) + if p.probation { 4 } else { 0 })
+    Some(state + u8::from(p.standby))
 }
 
 /// A single-path selection.
@@ -111,7 +103,6 @@ pub(crate) mod testutil {
             fwd_queue: Duration::ZERO,
             cost: 1,
             standby: false,
-            probation: false,
         }
     }
 }
