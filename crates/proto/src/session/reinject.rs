@@ -19,7 +19,7 @@
 //! the original did arrive (the de-duplication window), and otherwise releases it at once,
 //! filling its hole without teaching the reorder buffer that packets come late.
 //! `redundant` packets are reinjected too: on clean paths the adaptive scheduler sends one
-//! copy (`sched/redundant.rs`), which a failing path would lose like a `best` packet; one
+//! copy of a packet above `SMALL_PACKET` (`sched/redundant.rs`), which a failing path would lose like a `best` packet; one
 //! that had copies elsewhere is dropped as a duplicate. Realtime packets are not (too late
 //! by then; FEC repairs them).
 //!
