@@ -48,7 +48,6 @@ run; a partial run (``--cases``, ``--seconds`` below the scenario's) is written 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -176,13 +175,6 @@ def trace_overrides(links: list[dict], b: dict) -> dict[str, dict]:
     }
 
 
-def restart_traces(topo: Topology, links: list[dict]) -> None:
-    """Starts every link's trace again from its beginning (at a flow's connect, so every
-    system sees the same stretch of it)."""
-    for i, lk in enumerate(links):
-        topo.emulated[i].set("both", rate=f"trace:{lk['path']}")
-
-
 def tbf_links(sc: Scenario, case: dict) -> Scenario:
     """The case's links as kernel tbf on direct veths (``emulator = "tbf"``): no linkem
     process, so at Gbit/s rates the emulator costs no CPU of its own. tbf has a rate and a
@@ -258,8 +250,9 @@ def run_pair(sc: Scenario, pair: dict, seconds: float, runs: int) -> dict:
         systems = [("multihome", "earliest"), ("stream", None), ("mptcp", None)]
         systems += [(f"tcp:{i}", None) for i in range(len(links))]
         for r in range(runs):
-            restart = functools.partial(restart_traces, topo, links)
-            kw = {"seconds": seconds, "cc": b["cc"], "on_connect": restart}
+            # At each flow's connect the traces start again, so every system sees the
+            # same stretch of them.
+            kw = {"seconds": seconds, "cc": b["cc"], "on_connect": topo.restart_traces}
             run = run_systems(topo, pair["name"], systems, r, runs, **kw)
             # Capacity each flow was offered: the traces' means over its own [0, seconds]
             # (the traces restart at its connect), summed over the links for every system.

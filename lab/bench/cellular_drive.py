@@ -138,14 +138,6 @@ def linkem_config(link: dict) -> dict:
     return {"b2a": direction(link["down"]), "a2b": direction(link["up"])}
 
 
-def restart_traces(topo: Topology, links: list[dict]) -> None:
-    """Reinstall every trace: time zero of all of them is now."""
-    for i, link in enumerate(links):
-        for d, key in (("down", "b2a"), ("up", "a2b")):
-            if link[d]:
-                topo.emulated[i].set(key, rate=f"trace:{link[d]['path']}")
-
-
 def set_policy(topo: Topology, policy: str) -> None:
     """(Re)start both daemons with the client's default policy set to ``policy`` (``stream``:
     ``aggregate`` with stream mode on)."""
@@ -213,7 +205,7 @@ def link_rx(topo: Topology) -> dict[str, int]:
     return {lk["name"]: lk.get("rx_bytes", 0) for lk in sess.get("links", [])}
 
 
-def bulk_and_voice(topo: Topology, links: list[dict], seconds: float, port: int) -> dict:
+def bulk_and_voice(topo: Topology, seconds: float, port: int) -> dict:
     """One bulk download + voice stream with the traces restarted at connect."""
     common = ["--port", str(port), "--cc", "cubic", "--bin-ms", str(BIN_MS)]
     common += ["--stall-timeout", f"{seconds + 30:g}"]
@@ -227,7 +219,7 @@ def bulk_and_voice(topo: Topology, links: list[dict], seconds: float, port: int)
     )
     wait_connected(client)
     t_conn = time.monotonic()
-    restart_traces(topo, links)
+    topo.restart_traces()
     wall0, lag = time.time(), time.monotonic() - t_conn
     count = int(seconds * VOICE_PPS)
     log = topo.dir / f"voice-{port}.json"
@@ -253,7 +245,7 @@ def one_run(topo: Topology, links: list[dict], policy: str, seconds: float) -> d
     names = [lk["name"] for lk in links]
     ids = link_ids(topo, names)
     rx0 = link_rx(topo)
-    res = bulk_and_voice(topo, links, seconds, next_port())
+    res = bulk_and_voice(topo, seconds, next_port())
     rx1 = link_rx(topo)
     rx = res.get("rx", {})
     secs, received = rx.get("seconds"), rx.get("received", 0)
@@ -294,14 +286,14 @@ def one_run(topo: Topology, links: list[dict], policy: str, seconds: float) -> d
     }
 
 
-def mptcp_run(topo: Topology, links: list[dict], seconds: float) -> dict:
+def mptcp_run(topo: Topology, seconds: float) -> dict:
     """Kernel MPTCP's download on the same pair. The client sends 64 KiB first: this kernel's
     path manager opens the extra subflow only once the client's data was acknowledged; and it
     keeps its side open until the end, since the server refuses joins after a DATA_FIN."""
 
     def on_connect(client) -> None:  # noqa: ANN001 - a lab.netns.Proc
         wait_connected(client)
-        restart_traces(topo, links)
+        topo.restart_traces()
 
     res = run_transfer(topo, "mptcp", server_send_seconds=seconds, client_send_bytes=65536,
                        client_close_after=seconds, timeout=seconds + 120, port=next_port(),
@@ -348,7 +340,7 @@ def run_pair(
                 run[policy] = rec
                 show(pair["name"], r, runs, rec)
             if with_mptcp:
-                run["mptcp"] = mptcp_run(topo, links, seconds)
+                run["mptcp"] = mptcp_run(topo, seconds)
                 progress(f"  {pair['name']:22} run {r + 1}/{runs} mptcp     "
                          f"{run['mptcp']['goodput_mbps']:6.2f} Mbit/s "
                          f"joins {run['mptcp']['joins']}")  # fmt: skip

@@ -35,7 +35,6 @@ goodputs of the same run; a partial run (``--cases``, or ``--seconds`` below 20)
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ from lab.bench.aggregate import (
     case_overrides,
     mean_loss,
     next_port,
-    restart_traces,
     select,
     subset,
     trace_overrides,
@@ -301,7 +299,7 @@ def run_pair(sc, pair: dict, seconds: float, runs: int) -> dict:  # noqa: ANN001
 
         srv = start_server(topo, lab)
         guesses = [m * 0.9 for m in out["window_mean_mbit"]]
-        restart = functools.partial(restart_traces, topo, links)
+        restart = topo.restart_traces
         for r in range(runs):
             tag = f"{pair['name']} {r + 1}/{runs}"
             run = one_run(srv, guesses, seconds, cc=b["cc"], on_start=restart, tag=tag)

@@ -227,14 +227,9 @@ def run_pair(sc: Scenario, pair: dict) -> dict:
         info["links"] = links
         return trace_overrides(links, b)
 
-    def restart_of(topo: Topology):  # noqa: ANN202
-        def restart() -> None:
-            for i, lk in enumerate(info["links"]):
-                topo.emulated[i].set("both", rate=f"trace:{lk['path']}")
-
-        return restart
-
-    policies = run_topology(sc, pair["name"], len(pair["link"]), overrides, restart_of)
+    policies = run_topology(
+        sc, pair["name"], len(pair["link"]), overrides, lambda topo: topo.restart_traces
+    )
     links = [{k: v for k, v in lk.items() if k not in ("ms", "path")} for lk in info["links"]]
     return {"name": pair["name"], "kind": "traces", "links": links, "policies": policies}
 

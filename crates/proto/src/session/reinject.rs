@@ -19,9 +19,9 @@
 //! the original did arrive (the de-duplication window), and otherwise releases it at once,
 //! filling its hole without teaching the reorder buffer that packets come late.
 //! `redundant` packets are reinjected too: on clean paths the adaptive scheduler sends one
-//! copy of a packet above `SMALL_PACKET` (`sched/redundant.rs`), which a failing path would lose like a `best` packet; one
-//! that had copies elsewhere is dropped as a duplicate. Realtime packets are not (too late
-//! by then; FEC repairs them).
+//! copy of a packet above `SMALL_PACKET` (`sched/redundant.rs`), which a failing path would
+//! lose like a `best` packet; one that had copies elsewhere is dropped as a duplicate.
+//! Realtime packets are not (too late by then; FEC repairs them).
 //!
 //! Repair: the peer sees a gap in a path's `path_seq` when the next datagram arrives on that
 //! path, and reports it in a NACK once RACK declares it lost (`path/gaps.rs`: at once on a
