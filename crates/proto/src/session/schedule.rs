@@ -18,7 +18,8 @@
 //! and not repair alone: a repaired congestion loss is one the inner TCP never sees, so it
 //! would fill the link's queue without bound; the rate controller and CoDel put that
 //! signal back where `aggregate` has it. Other protocols under `best` stay unpaced and
-//! unordered: their own recovery (QUIC) or none (DNS, games) wants no hold. TCP under a
+//! unordered: their own recovery (QUIC) or none (DNS, games) wants no hold; only their
+//! small packets are repaired when lost (`reinject.rs`). TCP under a
 //! link policy is carried so too, on the path its rule picks, in a queue per rule
 //! (`link_queues.rs`). The one-path queues go before the aggregate one: each only ever
 //! waits for one path's pacer.

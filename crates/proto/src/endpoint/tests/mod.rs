@@ -489,9 +489,18 @@ fn paced(size: usize, bits_per_s: f64, secs: f64) -> (u32, Duration) {
 }
 
 fn packet(up: bool, n: u32, size: usize) -> Vec<u8> {
+    ip_packet(up, n, size, size.max(32) >= 52)
+}
+
+/// A UDP packet of `size` bytes (≥ 32) carrying `n`, as `packet` builds below 52 bytes.
+fn udp_packet(up: bool, n: u32, size: usize) -> Vec<u8> {
+    ip_packet(up, n, size, false)
+}
+
+/// `packet`'s body: TCP (from 52 bytes) or UDP as `tcp` says.
+fn ip_packet(up: bool, n: u32, size: usize, tcp: bool) -> Vec<u8> {
     let mut p = vec![0u8; size.max(32)];
     let len = p.len() as u16;
-    let tcp = p.len() >= 52;
     p[0] = 0x45;
     p[2..4].copy_from_slice(&len.to_be_bytes());
     p[4..6].copy_from_slice(&(n as u16).to_be_bytes());
@@ -546,8 +555,17 @@ fn numbers(d: &[(Instant, Vec<u8>)]) -> Vec<u32> {
 /// Asserts every delivered packet is byte-identical to the one sent with its number and
 /// none was delivered twice; returns the sorted numbers delivered.
 fn assert_intact_unique(d: &[(Instant, Vec<u8>)], up: bool, size: usize, what: &str) -> Vec<u32> {
+    assert_intact_unique_as(d, |n| packet(up, n, size), what)
+}
+
+/// As `assert_intact_unique`, each packet `n` compared with `expected(n)`.
+fn assert_intact_unique_as(
+    d: &[(Instant, Vec<u8>)],
+    expected: impl Fn(u32) -> Vec<u8>,
+    what: &str,
+) -> Vec<u32> {
     for (_, p) in d {
-        assert_eq!(p, &packet(up, number(p), size), "{what}: corrupted packet");
+        assert_eq!(p, &expected(number(p)), "{what}: corrupted packet");
     }
     let mut got = numbers(d);
     got.sort_unstable();

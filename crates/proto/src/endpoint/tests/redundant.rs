@@ -197,10 +197,11 @@ fn kernel_copies_seal_once() {
     p.establish();
     p.run_until(p.now + Duration::from_secs(2));
     let start = p.now;
+    // Above `SMALL_PACKET`: small ones lost on link 0 are also repaired (`reinject.rs`).
     p.traffic(
         500,
         Duration::from_millis(20),
-        300,
+        LARGE,
         (true, false),
         Duration::from_secs(1),
         |_, _| {},
