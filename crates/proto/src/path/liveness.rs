@@ -10,6 +10,15 @@
 //! A path back from `Down` starts afresh, and is on probation (standby to the schedulers)
 //! until it delivers what was sent since ([`Path::revive`]).
 //!
+//! A `Suspect` path turns `Up` again only on a timely ACK: of a datagram acknowledged
+//! within the path's Suspect time before that sample (`Path::on_ack`). A link that trickles
+//! out its queue (real driving traces: one delivery a second for 10 s) acknowledges
+//! datagrams sent seconds ago; each such ACK used to clear the suspicion, the schedulers
+//! put data on the path again, and that data waited behind the queue for seconds — the
+//! inner TCP's cumulative ACK stood still for 2–3.5 s at a time while the other link
+//! delivered. A path wrongly suspected, merely slow for a moment, acknowledges what it
+//! was sent shortly before the suspicion within its usual time, and is `Up` again then.
+//!
 //! Invariant: `state_deadline` is the earliest time `update_state` could change the state
 //! without new input; `None` when no timeout can.
 

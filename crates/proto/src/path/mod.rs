@@ -578,6 +578,9 @@ impl Path {
             return;
         }
         let rec = self.sent.get(ack.largest).copied();
+        // Whether the acknowledged datagram came back within the Suspect time the path
+        // had before this sample: proof that the path delivers on time now (`timely`).
+        let timely = rec.is_some_and(|r| now.saturating_since(r.time) <= self.suspect_after);
         if let Some(r) = rec {
             let sample = now.saturating_since(r.time);
             let delay = Duration::from_micros(u64::from(ack.ack_delay_us));
@@ -641,9 +644,12 @@ impl Path {
             self.on_probation = false;
         }
         if self.available {
-            if self.state == PathState::Down {
-                let fresh = rec.is_some_and(|r| now.saturating_since(r.time) <= self.suspect_after);
-                self.revive(now, fresh);
+            match self.state {
+                PathState::Down => self.revive(now, timely),
+                // An ACK of a datagram that waited past the path's Suspect time (a link
+                // trickling out its queue) does not clear a suspicion (`liveness.rs`).
+                PathState::Suspect if !timely => return,
+                _ => {}
             }
             self.set_state(now, PathState::Up);
         }

@@ -425,6 +425,37 @@ fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
     assert!(!p.view(at(ms + 60)).standby, "fresh proof: no probation");
 }
 
+#[test]
+fn a_suspect_path_is_cleared_only_by_an_ack_on_time() {
+    // A 50-ms path whose link stops and then trickles out its queue: the datagrams sent
+    // at 1.0 s wait; the path turns Suspect. The ACK of one of them 0.8 s later (a
+    // delivery of the trickle) says the link delivered it at last, not that it delivers
+    // now: the path stays Suspect, and data stays off it. The ACK of a probe that came
+    // back within the path's usual time clears the suspicion.
+    let mut p = probed_path_50ms();
+    let queued: Vec<u32> = (0..4)
+        .map(|i| p.on_sent(at(1000 + 10 * i), 1200, SentKind::Data))
+        .collect();
+    let suspect = (1000..2000)
+        .find(|&ms| p.update_state(at(ms)) == Some(PathState::Suspect))
+        .expect("never suspect");
+    assert!(suspect <= 1300, "suspect at {suspect}");
+    p.on_ack(at(1800), &ack_of(queued[0]), 0);
+    assert_eq!(p.state(), PathState::Suspect, "a late ACK cleared it");
+    let probe = p.on_sent(at(1800), 60, SentKind::Probe);
+    p.on_ack(at(1850), &ack_of(probe), 0);
+    assert_eq!(p.state(), PathState::Up);
+    // Wrongly suspected, merely slow for a moment: what was sent shortly before the
+    // suspicion comes back within the usual time, and the path is Up at once.
+    p.on_sent(at(3000), 1200, SentKind::Data);
+    let last = p.on_sent(at(3080), 1200, SentKind::Data);
+    let suspect = (3080..4000)
+        .find(|&ms| p.update_state(at(ms)) == Some(PathState::Suspect))
+        .expect("never suspect");
+    p.on_ack(at(suspect + 10), &ack_of(last), 0);
+    assert_eq!(p.state(), PathState::Up, "suspect at {suspect}");
+}
+
 /// A probe's ACK, as the peer sends it.
 fn ack_of(largest: u32) -> AckFrame {
     AckFrame {
