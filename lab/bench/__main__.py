@@ -160,6 +160,12 @@ def main() -> int:
         "--no-mptcp", action="store_true", help="cellular-drive: leave kernel MPTCP's run out"
     )
     parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="cellular-drive: sample the origin's TCP (ss -tin, 20 ms) and the server's paths "
+        "(100 ms) in every run, stored in the results (filed as cellular-drive-quick)",
+    )
+    parser.add_argument(
         "--mechanisms",
         nargs="*",
         choices=detours.MECHANISMS,
@@ -261,6 +267,7 @@ def main() -> int:
                 only=args.cases,
                 with_mptcp=not args.no_mptcp,
                 policies=args.policies,
+                probe=args.probe,
             )
         elif suite == "scale":
             scale.main(

@@ -31,10 +31,15 @@ every policy sees the same stretch.
 Usage (root, ~14 min with the defaults: 3 pairs x 3 policies x 60 s + MPTCP)::
 
     .venv/bin/python -m lab.bench cellular-drive [--runs N] [--seconds S] [--cases PAIR ...]
+        [--policies P ...] [--no-mptcp] [--probe]
+
+``--probe`` also records, per run, what the sender sees (lab/bench/sender_probe.py): the
+origin's TCP every 20 ms and the tunnel server's paths every 100 ms.
 
 Invariants: every policy of a pair crosses the same linkem processes (the daemons restart
 between policies); event counts are limited to the run's wall-clock window; a partial run
-(``--cases`` or ``--seconds`` below the default) is written as ``cellular-drive-quick``.
+(``--cases`` or ``--seconds`` below the default, or ``--probe``) is written as
+``cellular-drive-quick``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from lab.bench.aggregate import queue_bytes
 from lab.bench.aggregate_traces import DATA_DIR, TracesUnavailable, mean_mbit, read_trace
 from lab.bench.cellular_drive_plot import plot
 from lab.bench.common import progress, save
+from lab.bench.sender_probe import SenderProbe
 from lab.bench.transfer import run_transfer
 from lab.netns import Lab, LabError, tool_cmd
 from lab.topology import LAN_HOST, LAN_PREFIX, ORIGIN, SRV_UPLINK, LinkSpec, Topology
@@ -205,8 +211,9 @@ def link_rx(topo: Topology) -> dict[str, int]:
     return {lk["name"]: lk.get("rx_bytes", 0) for lk in sess.get("links", [])}
 
 
-def bulk_and_voice(topo: Topology, seconds: float, port: int) -> dict:
-    """One bulk download + voice stream with the traces restarted at connect."""
+def bulk_and_voice(topo: Topology, seconds: float, port: int, probe: bool = False) -> dict:
+    """One bulk download + voice stream with the traces restarted at connect; with ``probe``,
+    the sender's view sampled throughout (lab/bench/sender_probe.py)."""
     common = ["--port", str(port), "--cc", "cubic", "--bin-ms", str(BIN_MS)]
     common += ["--stall-timeout", f"{seconds + 30:g}"]
     server = topo.org.spawn(
@@ -221,6 +228,9 @@ def bulk_and_voice(topo: Topology, seconds: float, port: int) -> dict:
     t_conn = time.monotonic()
     topo.restart_traces()
     wall0, lag = time.time(), time.monotonic() - t_conn
+    sampler = SenderProbe(topo, port) if probe else None
+    if sampler:
+        sampler.start(wall0)
     count = int(seconds * VOICE_PPS)
     log = topo.dir / f"voice-{port}.json"
     voice = UdpStream(topo.org, topo.lan, LAN_HOST, count=count, pps=VOICE_PPS,
@@ -236,16 +246,20 @@ def bulk_and_voice(topo: Topology, seconds: float, port: int) -> dict:
             proc.stop()
         out["error"] = str(exc)[-600:]
     out["voice"] = voice_figures(log, count)
+    if sampler:
+        out["probe"] = sampler.stop()
     return out
 
 
-def one_run(topo: Topology, links: list[dict], policy: str, seconds: float) -> dict:
+def one_run(
+    topo: Topology, links: list[dict], policy: str, seconds: float, probe: bool = False
+) -> dict:
     set_policy(topo, policy)
     time.sleep(1)
     names = [lk["name"] for lk in links]
     ids = link_ids(topo, names)
     rx0 = link_rx(topo)
-    res = bulk_and_voice(topo, seconds, next_port())
+    res = bulk_and_voice(topo, seconds, next_port(), probe)
     rx1 = link_rx(topo)
     rx = res.get("rx", {})
     secs, received = rx.get("seconds"), rx.get("received", 0)
@@ -283,6 +297,8 @@ def one_run(topo: Topology, links: list[dict], policy: str, seconds: float) -> d
         "link_rx_bytes": {n: rx1.get(n, 0) - rx0.get(n, 0) for n in names},
         "error": res.get("error") or rx.get("error"),
         "counters": topo.counters("client"),
+        # The sender's view over time (``--probe``): the origin's TCP and the server's paths.
+        **({"probe": res["probe"]} if "probe" in res else {}),
     }
 
 
@@ -310,7 +326,13 @@ def mptcp_run(topo: Topology, seconds: float) -> dict:
 
 
 def run_pair(
-    pair: dict, seconds: float, runs: int, with_mptcp: bool, policies: tuple[str, ...]
+    pair: dict,
+    seconds: float,
+    runs: int,
+    with_mptcp: bool,
+    policies: tuple[str, ...],
+    *,
+    probe: bool = False,
 ) -> dict:
     out: dict = {"name": pair["name"], "start_s": pair["start_s"], "offset_s": pair["offset_s"]}
     with Lab() as lab:
@@ -336,7 +358,7 @@ def run_pair(
         for r in range(runs):
             run: dict = {}
             for policy in policies:
-                rec = one_run(topo, links, policy, seconds)
+                rec = one_run(topo, links, policy, seconds, probe)
                 run[policy] = rec
                 show(pair["name"], r, runs, rec)
             if with_mptcp:
@@ -430,6 +452,8 @@ def main(
     only: list[str] | None = None,
     with_mptcp: bool = True,
     policies: list[str] | None = None,
+    *,
+    probe: bool = False,
 ) -> dict:
     seconds = seconds or SECONDS
     if policies and set(policies) - set(POLICIES):
@@ -454,7 +478,7 @@ def main(
                  f"start {pair['start_s']} s, "
                  f"second link +{pair['offset_s']} s")  # fmt: skip
         try:
-            results.append(run_pair(pair, seconds, runs, with_mptcp, chosen))
+            results.append(run_pair(pair, seconds, runs, with_mptcp, chosen, probe=probe))
         except TracesUnavailable as exc:
             progress(f"pair {pair['name']} skipped: {exc}")
             skipped.append({"name": pair["name"], "reason": str(exc)})
@@ -471,7 +495,7 @@ def main(
         "pairs": [{k: v for k, v in p.items()} for p in pairs],
     }  # fmt: skip
     data = {"params": params, "pairs": results, "skipped": skipped}
-    quick = bool(only) or seconds < SECONDS or chosen != POLICIES
+    quick = bool(only) or seconds < SECONDS or chosen != POLICIES or probe
     save("cellular-drive-quick" if quick else "cellular-drive", data, plot(results))
     table(results)
     for s in skipped:
