@@ -75,7 +75,6 @@ class SenderProbe:
         self, topo: Topology, port: int, tcp_interval: float = 0.02, path_interval: float = 0.1
     ) -> None:
         self.topo, self.port = topo, port
-        self.intervals = (tcp_interval, path_interval)
         self.t0 = time.time()
         self.tcp: list = []
         self.paths: list = []
