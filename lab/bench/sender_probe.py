@@ -43,7 +43,7 @@ def parse_ss(text: str, port: int | None = None) -> dict | None:
             continue
         row: dict = {}
         for key in SS_FIELDS:
-            m = re.search(rf"(?<![\w_]){key}:(\S+)", info)
+            m = re.search(rf"(?<!\w){key}:(\S+)", info)
             if not m:
                 continue
             value = m.group(1)

@@ -92,13 +92,13 @@ impl Path {
     /// `Up` — until an ACK covers a datagram sent after the return (the keepalive probes
     /// earn it), as MPTCP keeps a "stale" subflow out of scheduling until it acknowledges
     /// new data. Data given to it at once waited there until the path turned Suspect, and
-    /// the flow stalled for that long. `fresh`: the reviving ACK is of a datagram sent
+    /// the flow stalled for that long. `timely`: the reviving ACK is of a datagram sent
     /// within the path's Suspect time, so the path delivers now.
-    pub(super) fn revive(&mut self, now: Instant, fresh: bool) {
+    pub(super) fn revive(&mut self, now: Instant, timely: bool) {
         self.acked_cum_bytes = self.cum_sent_bytes;
         self.first_unacked_time = None;
         self.revived_at = now;
-        self.on_probation = !fresh;
+        self.on_probation = !timely;
     }
 
     /// When the liveness clock of what is outstanding after `seq` started: the send time

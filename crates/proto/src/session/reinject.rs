@@ -39,8 +39,8 @@
 //!
 //! Small packets (up to `SMALL_PACKET` bytes: voice frames, acknowledgements, DNS, game
 //! state) are repaired whatever their policy and order: on real driving traces `best`
-//! lost 15 voice packets in a row to a link's full queue during a 0.84-s gap and
-//! `redundant` 8 while both links were out, all of them reported by NACKs once the link
+//! lost 15 voice packets in a row to a link's full queue during a 0.84-s gap, and
+//! `redundant` 8 in a row on another pair, all of them reported by NACKs once the link
 //! delivered again. Late beats lost for these (a voice jitter buffer decides, a DNS
 //! client does not wait for its own timeout), they cost a few bytes, and so few cannot
 //! build a queue; large unordered packets (QUIC data) are left to their own recovery,

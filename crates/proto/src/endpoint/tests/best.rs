@@ -62,12 +62,8 @@ fn best_repairs_what_its_link_loses_on_the_same_link() {
 /// more; returns when the first was sent.
 fn udp_upload(p: &mut Pair, count: u32, gap: Duration, size: usize, tail: Duration) -> Instant {
     let t0 = p.now;
-    for n in 0..count {
-        p.run_until(t0 + gap * n);
-        let now = p.now;
-        p.client.handle_tun_packet(now, &udp_packet(true, n, size));
-    }
-    p.run_until(t0 + gap * count + tail);
+    let build = |up, n| udp_packet(up, n, size);
+    p.traffic_of(count, gap, build, (true, false), tail, |_, _| {});
     t0
 }
 

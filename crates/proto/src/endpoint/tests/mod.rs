@@ -424,14 +424,27 @@ impl Pair {
         assert!(self.client.is_established(), "handshake did not complete");
     }
 
-    /// From now, sends packets `0..count` (upstream and/or downstream), one every `gap`,
-    /// calling `each(pair, n)` just before packet `n`; then runs `tail` more. Returns the
-    /// time packet `count` would have been sent.
+    /// From now, sends packets `0..count` of `size` bytes (`packet`: upstream and/or
+    /// downstream), one every `gap`, calling `each(pair, n)` just before packet `n`; then
+    /// runs `tail` more. Returns the time packet `count` would have been sent.
     fn traffic(
         &mut self,
         count: u32,
         gap: Duration,
         size: usize,
+        dirs: (bool, bool),
+        tail: Duration,
+        each: impl FnMut(&mut Pair, u32),
+    ) -> Instant {
+        self.traffic_of(count, gap, |up, n| packet(up, n, size), dirs, tail, each)
+    }
+
+    /// As `traffic`, packet `n` of direction `up` built by `build(up, n)`.
+    fn traffic_of(
+        &mut self,
+        count: u32,
+        gap: Duration,
+        build: impl Fn(bool, u32) -> Vec<u8>,
         (up, down): (bool, bool),
         tail: Duration,
         mut each: impl FnMut(&mut Pair, u32),
@@ -442,10 +455,10 @@ impl Pair {
             each(self, n);
             let now = self.now;
             if up {
-                self.client.handle_tun_packet(now, &packet(true, n, size));
+                self.client.handle_tun_packet(now, &build(true, n));
             }
             if down {
-                self.server.handle_tun_packet(now, &packet(false, n, size));
+                self.server.handle_tun_packet(now, &build(false, n));
             }
             t = t + gap;
         }
