@@ -6,7 +6,7 @@
 //! - **startup**: gain 2 until the estimate stops growing by a quarter for three rounds
 //!   (rounds count when a sample was taken while the path was busy, or a queue stands),
 //!   or a loss is judged congestion;
-//! - **probing**, steered by the forward queue (`oneway.rs`): gain 1.25 while the queue
+//! - **probing**, steered by the standing forward queue (`oneway.rs`): gain 1.25 while the queue
 //!   is below half its target (the link is not being filled: find out how much more it
 //!   gives), 1 within the target, 0.9 above it (drain). The target is
 //!   `max(10 ms, min_rtt / 4)`. A small standing queue at the bottleneck is what keeps a
@@ -68,6 +68,16 @@ pub fn standing_queue(p: PathNow) -> bool {
     p.fwd_queue > queue_target(p)
 }
 
+/// The queue the drain decision reads: the standing queue where the samples of a round
+/// spread by more than the target (a bursty link's waits), else the smoothed one.
+fn drain_reading(p: PathNow) -> Duration {
+    if p.fwd_queue.saturating_sub(p.fwd_standing) > queue_target(p) {
+        p.fwd_standing
+    } else {
+        p.fwd_queue
+    }
+}
+
 /// Shortest round (keeps the cycle meaningful on sub-millisecond paths).
 const MIN_ROUND: Duration = Duration::from_millis(5);
 
@@ -103,8 +113,11 @@ pub struct PathNow {
     pub min_rtt: Duration,
     /// Smoothed RTT.
     pub srtt: Duration,
-    /// Smoothed forward one-way queueing delay.
+    /// Smoothed forward one-way queueing delay: what datagrams wait on average.
     pub fwd_queue: Duration,
+    /// Standing forward one-way queueing delay (`oneway.rs`: the smallest of the last
+    /// round or two, not a bursty link's momentary waits), at most `fwd_queue`.
+    pub fwd_standing: Duration,
     /// Whether any delivery sample was taken while the path was busy: until then the
     /// estimate is only a lower bound (the path was given less than it could carry).
     pub busy: bool,
@@ -223,7 +236,7 @@ impl RateControl {
             Mode::Startup { .. } => HIGH_GAIN,
             // Above the target the estimate is a little high (a maximum of noisy
             // samples, or a link that slowed): drain instead of letting the queue grow.
-            Mode::Probe if standing_queue(p) => CRUISE_DRAIN,
+            Mode::Probe if drain_reading(p) > queue_target(p) => CRUISE_DRAIN,
             Mode::Probe if p.fwd_queue < queue_target(p) / 2 => PROBE_UP,
             Mode::Probe => 1.0,
         };
@@ -348,6 +361,7 @@ mod tests {
             min_rtt: Duration::from_millis(20),
             srtt: Duration::from_millis(22),
             fwd_queue: Duration::from_millis(1),
+            fwd_standing: Duration::from_millis(1),
             busy: true,
         }
     }
@@ -387,6 +401,7 @@ mod tests {
             3,
             PathNow {
                 fwd_queue: queue,
+                fwd_standing: queue,
                 ..idle
             },
         );
@@ -419,6 +434,7 @@ mod tests {
         let mut c = RateControl::new(Instant::ZERO);
         let queued = PathNow {
             fwd_queue: Duration::from_millis(15),
+            fwd_standing: Duration::from_millis(15),
             ..path(1e6)
         };
         let mut bw = 1e5;
@@ -435,6 +451,7 @@ mod tests {
         c.mode = Mode::Probe;
         let at = |ms| PathNow {
             fwd_queue: Duration::from_millis(ms),
+            fwd_standing: Duration::from_millis(ms),
             ..path(1e6)
         };
         // Target max(10 ms, 20/4 ms) = 10 ms: below half of it probe, within hold, above
@@ -453,11 +470,13 @@ mod tests {
         let busy_reverse = PathNow {
             srtt: Duration::from_millis(60),
             fwd_queue: Duration::ZERO,
+            fwd_standing: Duration::ZERO,
             ..path(1e6)
         };
         assert_eq!(c.pacing_rate(busy_reverse, 0), 1.25e6);
         let own_queue = PathNow {
             fwd_queue: Duration::from_millis(30),
+            fwd_standing: Duration::from_millis(30),
             ..busy_reverse
         };
         assert_eq!(c.pacing_rate(own_queue, 0), 0.9e6);
@@ -469,6 +488,7 @@ mod tests {
         c.mode = Mode::Probe;
         let holding = PathNow {
             fwd_queue: Duration::from_millis(8),
+            fwd_standing: Duration::from_millis(8),
             ..path(1e6)
         };
         assert_eq!(c.pacing_rate(holding, 0), 1e6);
@@ -477,6 +497,7 @@ mod tests {
         // Not while draining...
         let draining = PathNow {
             fwd_queue: Duration::from_millis(12),
+            fwd_standing: Duration::from_millis(12),
             ..holding
         };
         assert_eq!(c.pacing_rate(draining, 0), 0.9e6);
@@ -490,6 +511,7 @@ mod tests {
         // Starved with no queue standing: half the capacity at once.
         let starved_idle = PathNow {
             fwd_queue: Duration::ZERO,
+            fwd_standing: Duration::ZERO,
             ..starved
         };
         assert_eq!(c.pacing_rate(starved_idle, 0), 1.5e6);

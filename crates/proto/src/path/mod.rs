@@ -404,12 +404,19 @@ impl Path {
         ack_delay(self.rtt.has_sample().then(|| self.rtt.min()))
     }
 
+    /// The round over which the standing queue is the minimum (`oneway.rs`): the minimum
+    /// RTT, at least 20 ms so a LAN path's round holds a few samples.
+    fn round(&self) -> Duration {
+        self.rtt.min().max(Duration::from_millis(20))
+    }
+
     fn now_view(&self, now: Instant) -> PathNow {
         PathNow {
             bw: self.rate.bandwidth(),
             min_rtt: self.rtt.min(),
             srtt: self.rtt.smoothed(),
             fwd_queue: self.fwd.queue_at(now, self.last_data_sent),
+            fwd_standing: self.fwd.standing_at(now, self.last_data_sent),
             busy: self.rate.valid(),
         }
     }
@@ -592,9 +599,13 @@ impl Path {
             self.rtt.on_sample(corrected);
             self.suspect_after = liveness::suspect_after(&self.rtt, self.cfg.detect);
             self.acked_cum_bytes = self.acked_cum_bytes.max(r.cum_bytes);
-            let queue = self
-                .fwd
-                .on_sample(now, r.time, peer_receive_us, self.last_data_sent);
+            let queue = self.fwd.on_sample(
+                now,
+                r.time,
+                peer_receive_us,
+                self.last_data_sent,
+                self.round(),
+            );
             match self.control.on_queue_sample(queue, self.now_view(now)) {
                 Verdict::Keep => {}
                 Verdict::Error => self.losses.settle_as_errors(),
