@@ -13,14 +13,13 @@
 //! second per second (`queue_at`): an unused path is judged as it is now.
 //!
 //! Two readings: the smoothed queue (what a datagram sent now should expect to wait: the
-//! schedulers' arrival estimate) and the standing queue (the smallest sample of the last one
-//! to two rounds, no more than the smoothed one: what the rate controller steers by). A
+//! schedulers' arrival estimate and the rate controller's reading) and the standing queue
+//! (the smallest sample of the last one to two rounds, no more than the smoothed one). A
 //! cellular link delivers in bursts of transmission opportunities, so each datagram waits
-//! for the next burst even on a link far from full; on real driving traces the smoothed
-//! reading stood at 20–60 ms on a link given a fifth of its rate, above the controller's
-//! target, and the controller drained it round after round (a 4.8 Mbit/s link paced at
-//! 1 Mbit/s for seconds). A queue that stands is met by every datagram of a round, as
-//! CoDel's standing queue is the minimum sojourn over an interval.
+//! for the next burst even on a link far from full; a queue that stands is met by every
+//! datagram of a round, as CoDel's standing queue is the minimum sojourn over an
+//! interval. The controller drains on the standing queue where the two differ by more
+//! than its target (`control.rs`, `drain_reading`).
 //!
 //! Invariants: clocks are 32-bit microsecond counters that wrap (every 71 min); all
 //! arithmetic is relative to the first sample, in wrapping/serial form, so a wrap never
