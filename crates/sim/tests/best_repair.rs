@@ -11,7 +11,7 @@ use multihome_sim::sweep::expand;
 use multihome_sim::world::RunReport;
 use std::path::Path;
 
-fn scenario(policy: &str, loss: f64, tunnel: bool, cc: &str, dir: &str) -> String {
+fn scenario(policy: &str, loss: f64, tunnel: bool, cc: &str, dir: &str, seeds: &str) -> String {
     let hop = |delay: u32, loss: f64| {
         format!(
             "{{ both = {{ rate = \"60mbit\", delay = \"{delay}ms\", loss = {loss}, \
@@ -22,7 +22,7 @@ fn scenario(policy: &str, loss: f64, tunnel: bool, cc: &str, dir: &str) -> Strin
         r#"
 name = "best_repair"
 duration = "8s"
-seeds = [1]
+seeds = [{seeds}]
 [tunnel]
 policy = "{policy}"
 enabled = {tunnel}
@@ -43,13 +43,68 @@ start = "500ms"
 }
 
 fn run(loss: f64, tunnel: bool, cc: &str, dir: &str) -> RunReport {
-    run_policy("best", loss, tunnel, cc, dir)
+    runs_of("best", loss, tunnel, (cc, dir), "1").remove(0)
 }
 
-fn run_policy(policy: &str, loss: f64, tunnel: bool, cc: &str, dir: &str) -> RunReport {
-    let scn = scenario(policy, loss, tunnel, cc, dir);
+fn runs_of(
+    policy: &str,
+    loss: f64,
+    tunnel: bool,
+    (cc, dir): (&str, &str),
+    seeds: &str,
+) -> Vec<RunReport> {
+    let scn = scenario(policy, loss, tunnel, cc, dir, seeds);
     let runs = expand(toml::from_str(&scn).unwrap()).unwrap();
-    run_one(&runs[0], Path::new(".")).unwrap()
+    runs.iter()
+        .map(|r| run_one(r, Path::new(".")).unwrap())
+        .collect()
+}
+
+/// Seeds of the lossy runs. The outcome is bimodal: a repair lost in its turn (1 % of
+/// some 330) can outlast the receiver's hold, and the inner TCP then sees a loss event —
+/// 50–180 retransmissions in that run instead of 1–4, in one or two seeds of five, at
+/// every revision tried. So the bounds on retransmissions and goodput hold for the
+/// median run; the repair count holds for every run.
+const LOSSY_SEEDS: &str = "1, 2, 3, 4, 5";
+
+/// Checks the lossy runs of `what` (the data's direction `dir`, sent by tunnel side
+/// `side`) against plain TCP's `plain` Mbit/s.
+fn check_lossy(what: &str, dir: &str, side: usize, plain: f64, runs: &[RunReport]) {
+    let mut figs: Vec<(f64, u64, u64)> = Vec::new();
+    for r in runs {
+        let (g, retx, lost) = figures(r, dir);
+        let repaired = r.tunnel_counters.as_ref().unwrap().repaired[side];
+        eprintln!(
+            "{what}, 1 % loss: {g:.1} Mbit/s ({retx} inner retransmissions, {lost} lost, \
+             {repaired} repaired), plain TCP {plain:.1} Mbit/s"
+        );
+        assert!(lost > 100, "{what}: the link did lose: {lost}");
+        assert!(
+            repaired * 10 >= lost * 9,
+            "{what}: {repaired} repaired for {lost} lost"
+        );
+        figs.push((g, retx, lost));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    // What the inner TCP still sees is CoDel's signal and the odd lost repair, not the
+    // link's losses.
+    let ratio = median(figs.iter().map(|f| f.1 as f64 / f.2 as f64).collect());
+    assert!(
+        ratio <= 0.2,
+        "{what}: median {ratio:.2} inner retransmissions per loss"
+    );
+    let g = median(figs.iter().map(|f| f.0).collect());
+    assert!(
+        g >= 40.0,
+        "{what}: median {g:.1} Mbit/s through a 1 % lossy 60 Mbit/s link"
+    );
+    assert!(
+        g >= 3.0 * plain,
+        "{what}: median {g:.1} vs plain TCP {plain:.1} Mbit/s"
+    );
 }
 
 /// (Goodput in Mbit/s, inner TCP retransmissions, frames link a lost in the data's
@@ -72,33 +127,9 @@ fn a_lossy_link_under_best_is_repaired_and_keeps_its_rate() {
     // downloads.
     for (dir, side) in [("up", 0), ("down", 1)] {
         let (plain, plain_retx, _) = figures(&run(0.01, false, "cubic", dir), dir);
-        let r = run(0.01, true, "cubic", dir);
-        let (g, retx, lost) = figures(&r, dir);
-        let repaired = r.tunnel_counters.as_ref().unwrap().repaired[side];
-        eprintln!(
-            "{dir}, 1 % loss: best {g:.1} Mbit/s ({retx} inner retransmissions, {lost} lost, \
-             {repaired} repaired), plain TCP {plain:.1} Mbit/s ({plain_retx} retransmissions)"
-        );
-        assert!(lost > 100, "{dir}: the link did lose: {lost}");
-        assert!(
-            repaired * 10 >= lost * 9,
-            "{dir}: {repaired} repaired for {lost} lost"
-        );
-        // What the inner TCP still sees is CoDel's signal and the odd lost repair, not
-        // the link's losses. Measured: 2 retransmissions each way.
-        assert!(
-            retx * 5 <= lost,
-            "{dir}: {retx} inner retransmissions for {lost} lost"
-        );
-        // Measured: 50.3 up, 51.1 down; plain TCP 10.0 and 9.4.
-        assert!(
-            g >= 40.0,
-            "{dir}: best through a 1 % lossy 60 Mbit/s link: {g:.1} Mbit/s"
-        );
-        assert!(
-            g >= 3.0 * plain,
-            "{dir}: best {g:.1} vs plain TCP {plain:.1} Mbit/s"
-        );
+        eprintln!("{dir}: plain TCP {plain:.1} Mbit/s ({plain_retx} retransmissions)");
+        let runs = runs_of("best", 0.01, true, ("cubic", dir), LOSSY_SEEDS);
+        check_lossy(&format!("best {dir}"), dir, side, plain, &runs);
     }
 }
 
@@ -127,27 +158,7 @@ fn a_lossy_link_under_a_link_policy_is_repaired_and_keeps_its_rate() {
         ("backup:1", "up", 0),
         ("prefer:0", "down", 1),
     ] {
-        let r = run_policy(policy, 0.01, true, "cubic", dir);
-        let (g, retx, lost) = figures(&r, dir);
-        let c = r.tunnel_counters.as_ref().unwrap();
-        let repaired = c.repaired[side];
-        eprintln!(
-            "{policy} {dir}, 1 % loss: {g:.1} Mbit/s ({retx} inner retransmissions, {lost} \
-             lost, {repaired} repaired), plain TCP up {plain:.1} Mbit/s"
-        );
-        assert!(lost > 100, "{policy} {dir}: the link did lose: {lost}");
-        assert!(
-            repaired * 10 >= lost * 9,
-            "{policy} {dir}: {repaired} repaired for {lost} lost"
-        );
-        assert!(
-            retx * 5 <= lost,
-            "{policy} {dir}: {retx} inner retransmissions for {lost} lost"
-        );
-        assert!(g >= 40.0, "{policy} {dir}: {g:.1} Mbit/s");
-        assert!(
-            g >= 3.0 * plain,
-            "{policy} {dir}: {g:.1} vs plain {plain:.1}"
-        );
+        let runs = runs_of(policy, 0.01, true, ("cubic", dir), LOSSY_SEEDS);
+        check_lossy(&format!("{policy} {dir}"), dir, side, plain, &runs);
     }
 }
