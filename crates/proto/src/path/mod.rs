@@ -269,6 +269,8 @@ pub struct Path {
     /// The last NACKs sent, and how many more ACKs repeat them (a lost NACK loses a repair).
     rx_nack_repeat: Option<(receiver::Nacks, u8)>,
     rx_count: u64,
+    /// `rx_count` when this path's ACK last crossed on another path (`crossing_ack`).
+    rx_crossed: u64,
     rx_bytes: u64,
     unacked_rx: u32,
     ack_deadline: Option<Instant>,
@@ -315,6 +317,7 @@ impl Path {
             rx_nack: receiver::NackRanges::new(),
             rx_nack_repeat: None,
             rx_count: 0,
+            rx_crossed: 0,
             rx_bytes: 0,
             unacked_rx: 0,
             ack_deadline: None,

@@ -196,9 +196,15 @@ impl Path {
         if !(due || force && self.ack_deadline.is_some()) {
             return None;
         }
-        let (largest, at) = self.rx_largest?;
+        let ack = self.ack_frame(now)?;
         self.ack_deadline = None;
         self.unacked_rx = 0;
+        Some(ack)
+    }
+
+    /// The ACK frame of what arrived so far (`None` before anything did).
+    fn ack_frame(&self, now: Instant) -> Option<AckFrame> {
+        let (largest, at) = self.rx_largest?;
         Some(AckFrame {
             path: self.id.0,
             largest,
@@ -206,6 +212,18 @@ impl Path {
             recv_count: self.rx_count,
             recv_bytes: self.rx_bytes,
         })
+    }
+
+    /// This path's ACK frame to carry on another path (`session/transmit.rs`, feedback
+    /// that crosses), if a datagram arrived on it since the last crossing copy; the ACK
+    /// due on the path itself is left as it is.
+    pub fn crossing_ack(&mut self, now: Instant) -> Option<AckFrame> {
+        if self.rx_crossed == self.rx_count {
+            return None;
+        }
+        let ack = self.ack_frame(now)?;
+        self.rx_crossed = self.rx_count;
+        Some(ack)
     }
 
     /// The packet-pair capacity to report to the peer, if it changed since the last report.

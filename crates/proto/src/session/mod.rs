@@ -267,6 +267,10 @@ pub struct Session {
 struct PathSlot {
     path: Path,
     ping_queued: bool,
+    /// When an authenticated datagram last came on the path while it was `Down`: the
+    /// peer is reachable there again (`store.rs`). One per path, so two paths coming back
+    /// one after the other are both live.
+    heard_while_down: Option<Instant>,
     /// Data packets sent on the path and not yet acknowledged.
     in_flight: reinject::InFlight,
 }
@@ -408,6 +412,7 @@ impl Session {
                 self.paths.push(PathSlot {
                     path: Path::new(id, remote, now, cfg),
                     ping_queued: false,
+                    heard_while_down: None,
                     in_flight: reinject::InFlight::default(),
                 });
                 self.paths.len() - 1
@@ -527,8 +532,13 @@ impl Session {
                 s.path.declare_overdue(now);
             }
             if s.path.ack_deadline().is_some_and(|d| d <= now) {
-                self.jobs.push_back(Job::Ack { path: s.path.id() });
+                let (id, crossing) = (s.path.id(), transmit::crosses(&s.path));
+                self.jobs.push_back(Job::Ack { path: id });
+                if crossing {
+                    self.queue_crossing_acks(id);
+                }
             }
+            let s = &mut self.paths[i];
             if probe.is_some_and(|d| d <= now) {
                 s.ping_queued = true;
                 self.jobs.push_back(Job::Ping { path: s.path.id() });

@@ -84,12 +84,12 @@ pub(super) struct Store {
     queues: Vec<(Option<PathId>, VecDeque<Entry>)>,
     bytes: usize,
     stats: HoldStats,
-    /// The path an authenticated datagram last came on while it was `Down`, and when.
-    heard: Option<(PathId, Instant)>,
     /// When the pacer of the path releasing held packets opens next.
     wake: Option<Instant>,
-    /// The path the shared queue is being released on: kept while it is live, so a
-    /// second path coming back does not overtake what the first one carries.
+    /// The path the shared queue is being released on: kept while it is live (heard
+    /// from: each path remembers that on its own, `PathSlot::heard_while_down`), so a
+    /// second path coming back does not overtake what the first one carries, which goes
+    /// unordered.
     releasing: Option<PathId>,
 }
 
@@ -182,7 +182,6 @@ impl Store {
                 }
             }
         }
-        self.heard = None;
         self.wake = None;
         self.releasing = None;
         self
@@ -230,11 +229,10 @@ impl Session {
     /// Whether path `id` may carry data: not `Down`, or heard from within the
     /// detection time.
     fn is_live(&self, now: Instant, id: PathId) -> bool {
-        let heard = self
-            .store
-            .heard
-            .is_some_and(|(p, t)| p == id && now.saturating_since(t) < self.cfg.detect);
         self.paths.iter().any(|s| {
+            let heard = s
+                .heard_while_down
+                .is_some_and(|t| now.saturating_since(t) < self.cfg.detect);
             s.path.id() == id && s.path.available() && (s.path.state() != PathState::Down || heard)
         })
     }
@@ -275,11 +273,16 @@ impl Session {
         if let Some(l) = key {
             return self.is_live(now, l).then_some(l);
         }
-        // The path already releasing, else the one `best` uses, else the fastest live one.
-        let sticky = [self.store.releasing, self.best.current()]
-            .into_iter()
-            .flatten()
-            .find(|&p| self.is_live(now, p) && self.path_is_up_or_only(now, p));
+        // The path already releasing while it is live: a copy sent on another path could
+        // overtake the ones before it, which go unordered. Else the one `best` uses, else
+        // the fastest live one.
+        if let Some(p) = self.store.releasing.filter(|&p| self.is_live(now, p)) {
+            return Some(p);
+        }
+        let sticky = self
+            .best
+            .current()
+            .filter(|&p| self.is_live(now, p) && self.path_is_up_or_only(now, p));
         if sticky.is_some() {
             return sticky;
         }
@@ -314,12 +317,12 @@ impl Session {
     /// An authenticated datagram arrived on path `id`: if it is `Down`, the peer is
     /// reachable there again (its address is already followed).
     pub(super) fn heard_on(&mut self, now: Instant, id: PathId) {
-        let down = self
+        if let Some(s) = self
             .paths
-            .iter()
-            .any(|s| s.path.id() == id && s.path.state() == PathState::Down);
-        if down {
-            self.store.heard = Some((id, now));
+            .iter_mut()
+            .find(|s| s.path.id() == id && s.path.state() == PathState::Down)
+        {
+            s.heard_while_down = Some(now);
         }
     }
 

@@ -5,13 +5,26 @@
 //! so feedback rarely costs a datagram of its own. The per-path sequence number is taken
 //! only when the datagram is actually built, so numbering has no holes that would read as
 //! loss.
+//!
+//! Feedback crosses paths while a path's own datagrams go unacknowledged (it is not
+//! `Up`): its ACK then also rides on the other paths' datagrams, and an ACK due on it
+//! gets a datagram on each of them (`Session::handle_timeout`). Why: the two directions of
+//! a cellular link fail apart. On real driving traces one link's uplink was out for 4 s
+//! while its downlink delivered, and the other link's downlink was out meanwhile while
+//! its uplink worked: the downloads' data could go on the first and their feedback on the
+//! second, but each path's feedback travelled on its own dead leg, both paths turned
+//! `Down` on both sides, and the flow stalled for seconds while a link delivered. An
+//! ACK names its path (`AckFrame::path`) and carries the peer's receive time, so it
+//! means the same on whichever path it arrives; its RTT sample then spans the forward
+//! leg of its path and the reverse leg of the carrier. A path that is `Up` keeps its
+//! feedback to itself: no bytes are added while both legs work.
 
 use super::schedule::Queue;
 use super::Session;
 use crate::crypto::TAG_LEN;
 use crate::fec::ParityBlock;
 use crate::header_compress::{self, Encoding};
-use crate::path::{Path, PathId, SentKind};
+use crate::path::{Path, PathId, PathState, SentKind};
 use crate::policy::{parse_flow, LinkRule};
 use crate::wire::{
     outer, AckFrame, DataFlags, DataFrame, FecFrame, FrameWriter, InnerHeader, NackFrame,
@@ -134,7 +147,9 @@ impl Session {
         })
         .ok()?;
         let room = frames_room.saturating_sub(plan.frame_len);
-        let acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
+        let mut acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
+        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
+        acked |= self.write_crossing_acks(idx, now, &mut w, left)?;
         let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
         self.write_nack_echoes(idx, &mut w, left)?;
         // The stated policy, the relay list and their acknowledgements ride where there is
@@ -172,6 +187,44 @@ impl Session {
         }
         let plain_len = w.len();
         self.seal(now, job, idx, plan.order, buf, plain_len)
+    }
+
+    /// An ACK is due on path `id`, whose feedback crosses: a datagram for it on each
+    /// other path that is not `Down`, since which one's reverse leg works is unknown here.
+    pub(super) fn queue_crossing_acks(&mut self, id: PathId) {
+        for s in &self.paths {
+            if s.path.id() != id && s.path.state() != PathState::Down {
+                self.jobs.push_back(Job::Ack { path: s.path.id() });
+            }
+        }
+    }
+
+    /// The ACKs of the other paths whose own datagrams go unacknowledged (not `Up`) that
+    /// fit in `room` bytes of the datagram being built on path `idx`: feedback crosses to
+    /// a path whose reverse leg works (module doc). Returns whether one went in.
+    fn write_crossing_acks(
+        &mut self,
+        idx: usize,
+        now: Instant,
+        w: &mut FrameWriter<'_>,
+        room: usize,
+    ) -> Option<bool> {
+        let mut left = room / AckFrame::LEN;
+        let mut wrote = false;
+        for (i, s) in self.paths.iter_mut().enumerate() {
+            if left == 0 {
+                break;
+            }
+            if i == idx || !crosses(&s.path) {
+                continue;
+            }
+            if let Some(ack) = s.path.crossing_ack(now) {
+                w.ack(&ack).ok()?;
+                wrote = true;
+                left -= 1;
+            }
+        }
+        Some(wrote)
     }
 
     /// Copies of the other paths' recent NACKs (`Path::nack_echo`) that fit in `room`
@@ -427,6 +480,13 @@ struct Plan {
     order: (DataFlags, u16),
     /// Bytes of the job's own frame.
     frame_len: usize,
+}
+
+/// Whether `path`'s feedback crosses to the other paths (module doc): it worked once (an
+/// RTT sample) and the datagrams this side sends on it now go unacknowledged. A path not
+/// yet proven has no leg known to work, and its handshake proves it.
+pub(super) fn crosses(path: &Path) -> bool {
+    path.state() != PathState::Up && path.rtt().has_sample()
 }
 
 /// Feedback rides along only where it fits under the datagram bound: a full-size packet
