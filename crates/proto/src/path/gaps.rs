@@ -140,7 +140,9 @@ impl GapWindow {
     }
 
     /// Datagrams `first .. first + count` went missing at `now` (the one after them
-    /// arrived); `lost` hears each run declared lost now (to make room).
+    /// arrived); `lost` hears each run declared lost now (to make room). Of a gap longer
+    /// than `MAX_MISSING` (an outage, not reordering) all but the last `MAX_MISSING` are
+    /// declared at once, as one run: the work per gap stays bounded.
     pub fn on_gap(
         &mut self,
         now: Instant,
@@ -150,6 +152,16 @@ impl GapWindow {
         lost: impl FnMut(u32, u32),
     ) {
         let mut out = Runs::new(lost);
+        let bulk = count.saturating_sub(MAX_MISSING as u32);
+        if bulk > 0 {
+            while let Some(m) = self.missing.pop_front() {
+                self.declare(now, rtt, m, &mut out);
+            }
+            self.lost += u64::from(bulk);
+            out.flush();
+            (out.f)(first, bulk);
+        }
+        let (first, count) = (first.wrapping_add(bulk), count - bulk);
         for i in 0..count {
             if self.missing.len() >= MAX_MISSING {
                 let m = self.missing.pop_front().expect("full");

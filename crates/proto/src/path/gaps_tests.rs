@@ -181,6 +181,23 @@ fn holes_are_bounded_and_the_oldest_goes_first() {
     assert_eq!(rx.w.missing.len(), MAX_MISSING);
 }
 
+/// A gap longer than the holes held (an outage) is declared at once but for the last
+/// `MAX_MISSING`, as one run after the older holes, in one step whatever its length.
+#[test]
+fn a_gap_longer_than_the_holes_held_is_declared_at_once_but_its_tail() {
+    let mut rx = Rx::default();
+    rx.arrive(ms(0), 0);
+    rx.arrive(ms(0), 3); // missing 1, 2
+    let mut runs = Vec::new();
+    let first = 10;
+    rx.w.on_gap(ms(1), first, 50_000, RTT, |f, c| runs.push((f, c)));
+    let bulk = 50_000 - MAX_MISSING as u32;
+    assert_eq!(runs, vec![(1, 2), (first, bulk)]);
+    assert_eq!(rx.w.lost(), u64::from(bulk) + 2);
+    assert_eq!(rx.w.missing.len(), MAX_MISSING);
+    assert_eq!(rx.w.missing.front().map(|m| m.seq), Some(first + bulk));
+}
+
 #[test]
 fn numbering_wraps() {
     let mut w = GapWindow::default();
