@@ -35,6 +35,28 @@ fn last_data_on(p: &Pair, to_server: bool, path: u8) -> Instant {
         .map_or(Instant::ZERO, |s| s.at)
 }
 
+/// Links of 10 and 30 ms one way under `policy`: packets of `SIZE` every 10 ms each way
+/// until `until` (then a second more), calling `each` before every packet. Returns the
+/// pair and how many packets went each way.
+fn both_ways_on_10_and_30_ms(
+    policy: Policy,
+    seed: u64,
+    until: Instant,
+    mut each: impl FnMut(&mut Pair),
+) -> (Pair, u32) {
+    let mut p = Pair::new(
+        vec![Link::new(10, None), Link::new(30, None)],
+        policy,
+        None,
+        seed,
+    );
+    p.establish();
+    let count = (until.saturating_since(p.now).as_millis() / 10) as u32;
+    let tail = Duration::from_secs(1);
+    p.traffic(count, GAP, SIZE, (true, true), tail, |p, _| each(p));
+    (p, count)
+}
+
 /// Link 0 (RTT 20 ms) is blackholed both ways from 5 s to 10 s while packets flow every
 /// 10 ms each way over `best`; link 1 has RTT 60 ms.
 #[test]
@@ -42,30 +64,14 @@ fn best_fails_over_within_detect_and_fails_back_after_hold() {
     let cfg = session_cfg();
     let probe = PathConfig::from_detect(cfg.detect).probe_interval;
     let (cut, heal) = (Pair::at(5_000), Pair::at(10_000));
-    let mut p = Pair::new(
-        vec![Link::new(10, None), Link::new(30, None)],
-        Policy::Best,
-        None,
-        11,
-    );
-    p.establish();
-    let t0 = p.now;
-    let count = ((Pair::at(16_000).saturating_since(t0)).as_millis() / 10) as u32;
-    p.traffic(
-        count,
-        GAP,
-        SIZE,
-        (true, true),
-        Duration::from_secs(1),
-        |p, _| {
-            if p.now >= cut && p.now < heal && !p.up[0].blackhole {
-                p.set_blackhole(0, true);
-            }
-            if p.now >= heal && p.up[0].blackhole {
-                p.set_blackhole(0, false);
-            }
-        },
-    );
+    let (p, count) = both_ways_on_10_and_30_ms(Policy::Best, 11, Pair::at(16_000), |p| {
+        if p.now >= cut && p.now < heal && !p.up[0].blackhole {
+            p.set_blackhole(0, true);
+        }
+        if p.now >= heal && p.up[0].blackhole {
+            p.set_blackhole(0, false);
+        }
+    });
 
     // Detection: the oldest unacknowledged datagram on path 0 was sent at most one probe
     // interval after the cut (there is data every 10 ms, so in fact ~at the cut), and the
@@ -253,26 +259,11 @@ fn roaming_client_is_followed() {
 #[test]
 fn crossed_one_way_outages_keep_both_directions_flowing() {
     let (cut, heal) = (Pair::at(5_000), Pair::at(9_000));
-    let mut p = Pair::new(
-        vec![Link::new(10, None), Link::new(30, None)],
-        Policy::Aggregate,
-        None,
-        12,
-    );
-    p.establish();
-    let count = (Pair::at(11_000).saturating_since(p.now).as_millis() / 10) as u32;
-    p.traffic(
-        count,
-        GAP,
-        SIZE,
-        (true, true),
-        Duration::from_secs(1),
-        |p, _| {
-            let out = p.now >= cut && p.now < heal;
-            p.up[0].blackhole = out;
-            p.down[1].blackhole = out;
-        },
-    );
+    let (p, count) = both_ways_on_10_and_30_ms(Policy::Aggregate, 12, Pair::at(11_000), |p| {
+        let out = p.now >= cut && p.now < heal;
+        p.up[0].blackhole = out;
+        p.down[1].blackhole = out;
+    });
     let during = |d: &Delivered| -> Vec<(Instant, Vec<u8>)> {
         d.iter()
             .filter(|(t, _)| *t >= cut && *t < heal)
