@@ -28,7 +28,7 @@ recorded on the same drive (these traces were captured simultaneously) do not li
 construction. Both directions' traces are reinstalled at the bulk connection's CONNECTED, so
 every policy sees the same stretch.
 
-Usage (root, ~14 min with the defaults: 3 pairs x 3 policies x 60 s + MPTCP)::
+Usage (root, ~19 min with the defaults: 3 pairs x 3 policies and stream mode x 60 s + MPTCP)::
 
     .venv/bin/python -m lab.bench cellular-drive [--runs N] [--seconds S] [--cases PAIR ...]
         [--policies P ...] [--no-mptcp] [--probe]
