@@ -377,6 +377,16 @@ mod tests {
         }
     }
 
+    /// `p` with a queue of `q` standing (smoothed and standing readings alike, as on a
+    /// fixed-rate link).
+    fn queued(q: Duration, p: PathNow) -> PathNow {
+        PathNow {
+            fwd_queue: q,
+            fwd_standing: q,
+            ..p
+        }
+    }
+
     /// Feeds `n` rounds of 21 ms (one min_rtt of `path`) after `t` ms; returns the last.
     fn rounds(c: &mut RateControl, mut t: u64, n: usize, p: PathNow) -> u64 {
         for _ in 0..n {
@@ -404,19 +414,9 @@ mod tests {
         assert!(c.in_startup());
         // A queue standing above its target ends it, busy or not: the link is full (an
         // inner BBR flow kept every sample application-limited, and startup lasted 14 s).
-        let mut queued = c.clone();
-        let queue = Duration::from_millis(15);
-        rounds(
-            &mut queued,
-            t,
-            3,
-            PathNow {
-                fwd_queue: queue,
-                fwd_standing: queue,
-                ..idle
-            },
-        );
-        assert!(!queued.in_startup());
+        let mut full = c.clone();
+        rounds(&mut full, t, 3, queued(Duration::from_millis(15), idle));
+        assert!(!full.in_startup());
         rounds(&mut c, t, 4, path(1e4));
         assert!(!c.in_startup());
         assert_eq!(c.pacing_rate(path(1e4), 64_000), PROBE_UP * 1e4);
@@ -443,11 +443,7 @@ mod tests {
     #[test]
     fn startup_ends_when_a_queue_stands() {
         let mut c = RateControl::new(Instant::ZERO);
-        let queued = PathNow {
-            fwd_queue: Duration::from_millis(15),
-            fwd_standing: Duration::from_millis(15),
-            ..path(1e6)
-        };
+        let queued = queued(Duration::from_millis(15), path(1e6));
         let mut bw = 1e5;
         for t in 1..=3 {
             bw *= 2.0;
@@ -460,11 +456,7 @@ mod tests {
     fn gain_follows_the_forward_queue() {
         let mut c = RateControl::new(Instant::ZERO);
         c.mode = Mode::Probe;
-        let at = |ms| PathNow {
-            fwd_queue: Duration::from_millis(ms),
-            fwd_standing: Duration::from_millis(ms),
-            ..path(1e6)
-        };
+        let at = |ms| queued(Duration::from_millis(ms), path(1e6));
         // Target max(10 ms, 20/4 ms) = 10 ms: below half of it probe, within hold, above
         // drain.
         assert_eq!(c.pacing_rate(at(1), 0), 1.25e6);
@@ -511,11 +503,7 @@ mod tests {
             ..path(1e6)
         };
         assert_eq!(c.pacing_rate(busy_reverse, 0), 1.25e6);
-        let own_queue = PathNow {
-            fwd_queue: Duration::from_millis(30),
-            fwd_standing: Duration::from_millis(30),
-            ..busy_reverse
-        };
+        let own_queue = queued(Duration::from_millis(30), busy_reverse);
         assert_eq!(c.pacing_rate(own_queue, 0), 0.9e6);
     }
 
@@ -523,20 +511,12 @@ mod tests {
     fn packet_pairs_drive_fast_catch_up() {
         let mut c = RateControl::new(Instant::ZERO);
         c.mode = Mode::Probe;
-        let holding = PathNow {
-            fwd_queue: Duration::from_millis(8),
-            fwd_standing: Duration::from_millis(8),
-            ..path(1e6)
-        };
+        let holding = queued(Duration::from_millis(8), path(1e6));
         assert_eq!(c.pacing_rate(holding, 0), 1e6);
         c.on_capacity(3e6);
         assert_eq!(c.pacing_rate(holding, 0), 2e6);
         // Not while draining...
-        let draining = PathNow {
-            fwd_queue: Duration::from_millis(12),
-            fwd_standing: Duration::from_millis(12),
-            ..holding
-        };
+        let draining = queued(Duration::from_millis(12), holding);
         assert_eq!(c.pacing_rate(draining, 0), 0.9e6);
         // ...unless the estimate is so far below the capacity that the queue cannot be
         // ours.
@@ -546,11 +526,7 @@ mod tests {
         };
         assert_eq!(c.pacing_rate(starved, 0), 2e5);
         // Starved with no queue standing: half the capacity at once.
-        let starved_idle = PathNow {
-            fwd_queue: Duration::ZERO,
-            fwd_standing: Duration::ZERO,
-            ..starved
-        };
+        let starved_idle = queued(Duration::ZERO, starved);
         assert_eq!(c.pacing_rate(starved_idle, 0), 1.5e6);
     }
 

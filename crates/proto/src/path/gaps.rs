@@ -158,8 +158,7 @@ impl GapWindow {
                 self.declare(now, rtt, m, &mut out);
             }
             self.lost += u64::from(bulk);
-            out.flush();
-            (out.f)(first, bulk);
+            out.run(first, bulk);
         }
         let (first, count) = (first.wrapping_add(bulk), count - bulk);
         for i in 0..count {
@@ -286,6 +285,12 @@ impl<F: FnMut(u32, u32)> Runs<F> {
                 self.run = Some((seq, 1));
             }
         }
+    }
+
+    /// Hands on `count` datagrams from `first` as a run of their own, after the pending one.
+    fn run(&mut self, first: u32, count: u32) {
+        self.flush();
+        (self.f)(first, count);
     }
 
     fn flush(&mut self) {

@@ -229,12 +229,14 @@ impl Session {
     /// Whether path `id` may carry data: not `Down`, or heard from within the
     /// detection time.
     fn is_live(&self, now: Instant, id: PathId) -> bool {
-        self.paths.iter().any(|s| {
-            let heard = s
-                .heard_while_down
-                .is_some_and(|t| now.saturating_since(t) < self.cfg.detect);
-            s.path.id() == id && s.path.available() && (s.path.state() != PathState::Down || heard)
-        })
+        let heard = |t: Instant| now.saturating_since(t) < self.cfg.detect;
+        self.paths
+            .iter()
+            .find(|s| s.path.id() == id)
+            .is_some_and(|s| {
+                s.path.available()
+                    && (s.path.state() != PathState::Down || s.heard_while_down.is_some_and(heard))
+            })
     }
 
     /// Whether `p` is `Up`, or no live path is.
