@@ -297,6 +297,7 @@ def one_run(
         "link_rx_bytes": {n: rx1.get(n, 0) - rx0.get(n, 0) for n in names},
         "error": res.get("error") or rx.get("error"),
         "counters": topo.counters("client"),
+        "server_counters": topo.counters("server"),
         # The sender's view over time (``--probe``): the origin's TCP and the server's paths.
         **({"probe": res["probe"]} if "probe" in res else {}),
     }
