@@ -278,14 +278,19 @@ impl Session {
             return false;
         };
         let before = s.path.state();
+        let was_sure = s.path.delivers_for_sure();
         // The peer received the acknowledged datagram ack_delay before it sealed this
         // one: its clock, for one-way delay and rates.
         let peer_receive = hdr.send_time_us.wrapping_sub(a.ack_delay_us);
         s.path.on_ack(now, a, peer_receive);
         s.in_flight.on_ack(now, a.largest, s.path.repair_grace());
+        let sure = s.path.delivers_for_sure();
         if s.path.state() != before {
             let st = s.path.state();
             self.events.push_back(Event::PathState(PathId(a.path), st));
+        }
+        if sure && !was_sure {
+            self.on_path_sure(PathId(a.path));
         }
         true
     }

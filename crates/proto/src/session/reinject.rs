@@ -272,6 +272,35 @@ impl Session {
             // Nowhere better to send it; if the path comes back, its feedback covers it.
             return;
         }
+        self.reinject_in_flight(id);
+    }
+
+    /// Path `id` delivers for sure again (`Up`, off probation). While none did, the paths
+    /// in doubt (`Suspect`, or back from `Down` on probation) carried data, there being
+    /// nowhere better; what they hold unacknowledged is reinjected now, as it would have
+    /// been had a path been `Up` when they failed. Without this, on a cellular driving
+    /// pair, datagrams given to a link on probation while the other was in doubt waited in
+    /// its dead downlink until it turned `Suspect` 0.65 s after the other had recovered:
+    /// the receiver had given up on the holes by then and the inner TCP stalled for 2 s.
+    pub(super) fn on_path_sure(&mut self, id: PathId) {
+        let in_doubt: Vec<PathId> = self
+            .paths
+            .iter()
+            .filter(|s| {
+                let p = &s.path;
+                p.id() != id
+                    && (p.state() == PathState::Suspect
+                        || (p.state() == PathState::Up && p.on_probation()))
+            })
+            .map(|s| s.path.id())
+            .collect();
+        for p in in_doubt {
+            self.reinject_in_flight(p);
+        }
+    }
+
+    /// Moves what path `id` holds unacknowledged to the reinjection queue.
+    fn reinject_in_flight(&mut self, id: PathId) {
         let Some(slot) = self.slot_mut(id) else {
             return;
         };
