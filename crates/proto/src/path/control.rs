@@ -179,6 +179,17 @@ impl RateControl {
         }
     }
 
+    /// Starts up again at `now` (a path back from an outage: what it could carry before
+    /// says little of now, and what it trickled during says less); the packet pairs'
+    /// capacity and the counters are kept.
+    pub fn restart(&mut self, now: Instant) {
+        *self = RateControl {
+            capacity: self.capacity,
+            counters: self.counters,
+            ..RateControl::new(now)
+        };
+    }
+
     /// Loss discrimination counters.
     pub fn loss_counters(&self) -> LossCounters {
         self.counters

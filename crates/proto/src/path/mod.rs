@@ -602,6 +602,9 @@ impl Path {
         // Whether the acknowledged datagram came back within the Suspect time the path
         // had before this sample: proof that the path delivers on time now (`timely`).
         let timely = rec.is_some_and(|r| now.saturating_since(r.time) <= self.suspect_after);
+        // A datagram sent before the path came back from `Down` waited out the outage: its
+        // RTT, queue and rate say nothing of the path now (`revive`).
+        let rec = rec.filter(|r| r.time >= self.revived_at);
         if let Some(r) = rec {
             let sample = now.saturating_since(r.time);
             let delay = Duration::from_micros(u64::from(ack.ack_delay_us));

@@ -160,6 +160,15 @@ impl ForwardDelay {
         }
     }
 
+    /// Forgets the queue readings (the clock offset's minimum is kept): they describe a
+    /// time that is over (a path back from an outage, whose datagrams waited it out).
+    pub fn forget_queue(&mut self) {
+        self.latest_queue_us = 0;
+        self.smoothed_queue_us = 0.0;
+        self.round_min = None;
+        self.prev_round_min = None;
+    }
+
     /// Smoothed forward queueing delay.
     pub fn smoothed(&self) -> Duration {
         Duration::from_micros(self.smoothed_queue_us as u64)

@@ -13,6 +13,8 @@ pub struct RttEstimator {
     min: Option<Duration>,
     latest: Duration,
     initial: Duration,
+    /// The next sample replaces the smoothed value and variation (`restart`).
+    restarted: bool,
 }
 
 impl RttEstimator {
@@ -24,6 +26,7 @@ impl RttEstimator {
             min: None,
             latest: initial,
             initial,
+            restarted: false,
         }
     }
 
@@ -32,6 +35,11 @@ impl RttEstimator {
         self.latest = rtt;
         self.min = Some(self.min.map_or(rtt, |m| m.min(rtt)));
         match self.smoothed {
+            _ if self.restarted => {
+                self.restarted = false;
+                self.smoothed = Some(rtt);
+                self.var = rtt / 2;
+            }
             None => {
                 self.smoothed = Some(rtt);
                 self.var = rtt / 2;
@@ -42,6 +50,12 @@ impl RttEstimator {
                 self.smoothed = Some((s * 7 + rtt) / 8);
             }
         }
+    }
+
+    /// Starts the smoothed value and variation afresh at the next sample (the minimum is
+    /// kept): those so far describe a time that is over (a path back from an outage).
+    pub fn restart(&mut self) {
+        self.restarted = true;
     }
 
     /// Smoothed RTT (the initial value before any sample).
