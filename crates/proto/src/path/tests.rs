@@ -426,6 +426,29 @@ fn a_returning_path_is_on_standby_until_it_delivers_what_was_sent_since() {
 }
 
 #[test]
+fn a_path_back_from_an_outage_measures_afresh() {
+    // The link's queue held the outage's keepalives for seconds: their RTTs and queue
+    // say nothing of the path now. The first datagram sent after the return sets the
+    // RTT alone, and the rate starts up again.
+    let mut p = probed_path_50ms();
+    let mut seqs = vec![];
+    for ms in (1000..5000).step_by(250) {
+        seqs.push(p.on_sent(at(ms), 60, SentKind::Probe));
+        p.update_state(at(ms));
+    }
+    assert_eq!(p.state(), PathState::Down);
+    p.on_ack(at(5000), &ack_of(seqs[0]), 0);
+    assert_eq!(p.state(), PathState::Up);
+    assert!(p.in_startup(), "the rate starts up again");
+    // Another of the outage's keepalives trickles in 3.5 s late: no sample.
+    p.on_ack(at(5010), &ack_of(seqs[2]), 0);
+    let probe = p.on_sent(at(5100), 60, SentKind::Probe);
+    p.on_ack(at(5160), &ack_of(probe), 0);
+    assert_eq!(p.rtt().smoothed(), Duration::from_millis(60));
+    assert_eq!(p.view(at(5160)).fwd_queue, Duration::ZERO);
+}
+
+#[test]
 fn a_suspect_path_is_cleared_only_by_an_ack_on_time() {
     // A 50-ms path whose link stops and then trickles out its queue: the datagrams sent
     // at 1.0 s wait; the path turns Suspect. The ACK of one of them 0.8 s later (a
