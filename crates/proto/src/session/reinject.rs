@@ -12,8 +12,9 @@
 //!
 //! How: each path keeps its unacknowledged data packets (`InFlight`: the `Arc` the queue
 //! already held, so no copy) in send order, pruned by every ACK on that path up to its
-//! largest acknowledged `path_seq`. When the path leaves `Up` while another path is `Up`,
-//! its list moves to the session's reinjection queue, which `poll_transmit` serves before
+//! largest acknowledged `path_seq`. When the path leaves `Up` while another path is `Up`
+//! — or, if none was, once one delivers for sure again (`on_path_sure`) — its list moves
+//! to the session's reinjection queue, which `poll_transmit` serves before
 //! new data, through the aggregate scheduler (so windows and pacers hold) and never onto a
 //! path in doubt. A copy keeps its `data_seq` and goes unordered: the receiver drops it if
 //! the original did arrive (the de-duplication window), and otherwise releases it at once,
