@@ -364,12 +364,7 @@ fn a_path_back_from_an_outage_stays_up_for_its_detection_time() {
     // dropped and are never acknowledged. The ACK proves the path; it must not go Down
     // again at once because of what the outage swallowed.
     let mut p = probed_path_50ms();
-    let mut seqs = vec![];
-    for ms in (1000..11_000).step_by(250) {
-        seqs.push(p.on_sent(at(ms), 60, SentKind::Probe));
-        p.update_state(at(ms));
-    }
-    assert_eq!(p.state(), PathState::Down);
+    let seqs = probe_through_outage(&mut p, 1000, 11_000);
     p.on_ack(at(11_000), &ack_of(seqs[1]), 0);
     assert_eq!(p.state(), PathState::Up);
     assert_eq!(p.update_state(at(11_001)), None, "no flap on return");
@@ -431,12 +426,7 @@ fn a_path_back_from_an_outage_measures_afresh() {
     // say nothing of the path now. The first datagram sent after the return sets the
     // RTT alone, and the rate starts up again.
     let mut p = probed_path_50ms();
-    let mut seqs = vec![];
-    for ms in (1000..5000).step_by(250) {
-        seqs.push(p.on_sent(at(ms), 60, SentKind::Probe));
-        p.update_state(at(ms));
-    }
-    assert_eq!(p.state(), PathState::Down);
+    let seqs = probe_through_outage(&mut p, 1000, 5000);
     p.on_ack(at(5000), &ack_of(seqs[0]), 0);
     assert_eq!(p.state(), PathState::Up);
     assert!(p.in_startup(), "the rate starts up again");
@@ -488,6 +478,18 @@ fn ack_of(largest: u32) -> AckFrame {
         recv_count: 1,
         recv_bytes: 60,
     }
+}
+
+/// Keepalives every 250 ms from `from` to `to` ms that no ACK answers (the link is out):
+/// returns their `path_seq`s, the path `Down` by then.
+fn probe_through_outage(p: &mut Path, from: u64, to: u64) -> Vec<u32> {
+    let mut seqs = vec![];
+    for ms in (from..to).step_by(250) {
+        seqs.push(p.on_sent(at(ms), 60, SentKind::Probe));
+        p.update_state(at(ms));
+    }
+    assert_eq!(p.state(), PathState::Down);
+    seqs
 }
 
 /// A path with a 50-ms RTT learned from 20 probes, the last acknowledged at 1 s.
