@@ -504,12 +504,6 @@ impl Path {
         self.state == PathState::Up && !self.on_probation
     }
 
-    /// Whether the path is back from `Down` but has not yet acknowledged a datagram sent
-    /// since (`revive`): live, not yet proven to deliver now.
-    pub fn on_probation(&self) -> bool {
-        self.on_probation
-    }
-
     /// Whether the path is on standby (`PathConfig::standby`).
     pub fn is_standby(&self) -> bool {
         self.cfg.standby

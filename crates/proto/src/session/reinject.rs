@@ -289,9 +289,7 @@ impl Session {
             .iter()
             .filter(|s| {
                 let p = &s.path;
-                p.id() != id
-                    && (p.state() == PathState::Suspect
-                        || (p.state() == PathState::Up && p.on_probation()))
+                p.id() != id && p.state() != PathState::Down && !p.delivers_for_sure()
             })
             .map(|s| s.path.id())
             .collect();

@@ -148,16 +148,19 @@ impl Session {
         .ok()?;
         let room = frames_room.saturating_sub(plan.frame_len);
         let mut acked = write_feedback(&mut self.paths[idx].path, &mut w, now, room)?;
-        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
-        acked |= self.write_crossing_acks(idx, now, &mut w, left)?;
-        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
-        self.write_nack_echoes(idx, &mut w, left)?;
+        // Room left for riders once the frames written so far and the data frame are in.
+        let (frame_len, total) = (plan.frame_len, frames_room + InnerHeader::LEN);
+        let left = |w: &FrameWriter<'_>| total.saturating_sub(w.len() + frame_len);
+        let room = left(&w);
+        acked |= self.write_crossing_acks(idx, now, &mut w, room)?;
+        let room = left(&w);
+        self.write_nack_echoes(idx, &mut w, room)?;
         // The stated policy, the relay list and their acknowledgements ride where there is
         // room.
-        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
-        self.write_stated(now, &mut w, left)?;
-        let left = (frames_room + InnerHeader::LEN).saturating_sub(w.len() + plan.frame_len);
-        self.write_relays(now, &mut w, left)?;
+        let room = left(&w);
+        self.write_stated(now, &mut w, room)?;
+        let room = left(&w);
+        self.write_relays(now, &mut w, room)?;
         match job {
             Job::Data {
                 seq,
